@@ -1,0 +1,3 @@
+"""inferd: an LLM inference server."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,57 @@
+"""Layers shared by the architectures."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) * weight, computed in float32.
+
+    `unit_offset` is Gemma's form, x * (1 + w): the offset is folded into the
+    float32 weight at load time, so the forward is the same for both.
+    `scale_in_float` keeps the multiply in float32 before casting back (Gemma);
+    Llama casts first, then multiplies in the activation dtype.
+    """
+
+    def __init__(self, dim: int, eps: float, unit_offset: bool = False, scale_in_float: bool = False):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim, dtype=torch.float32), requires_grad=False)
+        self.eps = eps
+        self.unit_offset = unit_offset
+        self.scale_in_float = scale_in_float
+
+    def load(self, w: torch.Tensor) -> None:
+        w = w.float()
+        self.weight = nn.Parameter(w + 1.0 if self.unit_offset else w, requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.scale_in_float:
+            return (xf * self.weight).to(x.dtype)
+        return self.weight.to(x.dtype) * xf.to(x.dtype)
+
+
+ACTIVATIONS = {
+    "silu": F.silu,
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu": F.gelu,
+}
+
+
+class GatedMLP(nn.Module):
+    """down(act(gate(x)) * up(x)), with gate and up fused into one matmul."""
+
+    def __init__(self, hidden: int, intermediate: int, act: str):
+        super().__init__()
+        self.intermediate = intermediate
+        self.gate_up_proj = nn.Linear(hidden, 2 * intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.act = ACTIVATIONS[act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
+        return self.down_proj(self.act(gate) * up)

@@ -1,0 +1,79 @@
+"""Rotary position embeddings (half-split layout) with the scaling variants
+Llama-family checkpoints use: linear, llama3 and yarn."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from inferd.models.config import RopeConfig
+
+
+def inverse_frequencies(rope: RopeConfig, head_dim: int) -> tuple[torch.Tensor, float]:
+    """Per-pair inverse frequencies and the attention factor applied to cos/sin."""
+    inv_freq = 1.0 / (rope.theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    s = rope.scaling
+    if s is None:
+        return inv_freq, 1.0
+    kind = s["rope_type"]
+    if kind == "linear":
+        return inv_freq / s["factor"], 1.0
+    if kind == "llama3":
+        return _llama3(inv_freq, s), 1.0
+    return _yarn(rope.theta, head_dim, s)
+
+
+def _llama3(inv_freq: torch.Tensor, s: dict) -> torch.Tensor:
+    factor, low, high = s["factor"], s.get("low_freq_factor", 1.0), s.get("high_freq_factor", 4.0)
+    old_ctx = s.get("original_max_position_embeddings", 8192)
+    low_wavelen, high_wavelen = old_ctx / low, old_ctx / high
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_ctx / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def _yarn(theta: float, dim: int, s: dict) -> tuple[torch.Tensor, float]:
+    factor = s["factor"]
+    old_ctx = s.get("original_max_position_embeddings", 4096)
+    beta_fast, beta_slow = s.get("beta_fast", 32), s.get("beta_slow", 1)
+    mscale = s.get("attention_factor") or (0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0)
+
+    def correction_dim(rotations: float) -> float:
+        return (dim * math.log(old_ctx / (rotations * 2 * math.pi))) / (2 * math.log(theta))
+
+    low = max(math.floor(correction_dim(beta_fast)), 0)
+    high = min(math.ceil(correction_dim(beta_slow)), dim - 1)
+    if low == high:
+        high += 0.001
+    pos_freqs = theta ** (torch.arange(0, dim, 2).float() / dim)
+    extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    extrapolation_weight = 1 - ramp
+    inv_freq = interpolation * (1 - extrapolation_weight) + extrapolation * extrapolation_weight
+    return inv_freq, float(mscale)
+
+
+class RotaryEmbedding(torch.nn.Module):
+    """cos/sin for given positions; rotation applied in the activations' dtype."""
+
+    def __init__(self, rope: RopeConfig, head_dim: int):
+        super().__init__()
+        inv_freq, self.attention_factor = inverse_frequencies(rope, head_dim)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return (emb.cos() * self.attention_factor).to(dtype), (emb.sin() * self.attention_factor).to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: [tokens, heads, head_dim]; cos/sin: [tokens, head_dim]."""
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin

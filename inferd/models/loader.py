@@ -1,0 +1,85 @@
+"""Resolve a model argument, then load its config, weights and tokenizer."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from inferd.arch import build_model
+from inferd.arch.base import CausalLM
+from inferd.models.config import ModelConfig
+from inferd.models.default import DEFAULT_MODEL_NAME, default_model_path
+from inferd.models.tokenizer import Tokenizer, load_tokenizer
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """The model argument names nothing inferd can load."""
+
+
+@dataclass
+class LoadedModel:
+    name: str  # what clients call it (the "model" field)
+    path: str
+    config: ModelConfig
+    model: CausalLM
+    tokenizer: Tokenizer
+    dtype: torch.dtype
+    device: torch.device
+    load_seconds: float
+
+
+DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
+          "fp16": torch.float16, "float32": torch.float32, "fp32": torch.float32}
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str = "auto") -> torch.dtype:
+    # bf16 everywhere by default: CUDA, and CPUs with AVX512-BF16 (fp32 is 3-4x slower there).
+    if dtype == "auto":
+        return torch.bfloat16
+    if dtype not in DTYPES:
+        raise ValueError(f"--dtype {dtype!r} is not one of: auto, {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def resolve_model_path(model: str | None) -> tuple[str, Path]:
+    if not model:
+        return DEFAULT_MODEL_NAME, Path(default_model_path())
+    path = Path(model).expanduser()
+    if not path.exists():
+        raise ModelNotFoundError(
+            f"model {model!r} is not a local path; inferd does not download models at run time. "
+            "Pass a .gguf file or a Hugging Face folder (config.json, *.safetensors, tokenizer.json), "
+            "or omit --model to serve the bundled default"
+        )
+    name = path.stem if path.is_file() else path.name
+    return name, path
+
+
+def load_model(model: str | None = None, dtype: str = "auto", device: str = "auto") -> LoadedModel:
+    started = time.monotonic()
+    name, path = resolve_model_path(model)
+    torch_dtype, torch_device = resolve_dtype(dtype), resolve_device(device)
+    if path.is_file():
+        from inferd.models.gguf import iter_gguf_tensors, read_gguf_config
+
+        config = ModelConfig.from_hf(read_gguf_config(path))
+        weights = iter_gguf_tensors(path, dtype=torch_dtype)
+    else:
+        from inferd.models.hf import iter_safetensors, read_hf_config
+
+        config = ModelConfig.from_hf(read_hf_config(path))
+        weights = iter_safetensors(path)
+    net = build_model(config)
+    net.load_weights(weights, torch_dtype, torch_device)
+    net.eval()
+    tokenizer = load_tokenizer(path)
+    return LoadedModel(name, str(path), config, net, tokenizer, torch_dtype, torch_device, time.monotonic() - started)
