@@ -1,0 +1,38 @@
+"""The `inferd` command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from inferd import __version__
+from inferd.cli_options import add_options, build
+from inferd.config import EngineConfig
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="inferd", description="Serve and run language models.")
+    parser.add_argument("--version", action="version", version=f"inferd {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser("generate", help="print a one-shot completion of PROMPT, streamed")
+    gen.add_argument("prompt", help="the text to continue")
+    gen.add_argument("--max-tokens", "-n", type=int, default=128, help="tokens to generate (default: 128)")
+    gen.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default: 0.8)")
+    gen.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling (default: 0.95)")
+    gen.add_argument("--top-k", type=int, default=40, help="0 = off (default: 40)")
+    gen.add_argument("--seed", type=int, default=None, help="seed for reproducible sampling")
+    add_options(gen, EngineConfig)
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.command == "generate":
+        from inferd.commands.generate import run_generate
+
+        return run_generate(build(EngineConfig, args), args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""The interface the HTTP server uses: submit a request, read an async
+stream of deltas, abort by id.
+
+The engine loop runs on its own thread; the asyncio side only validates,
+enqueues commands and reads per-request queues, so nothing blocks the event
+loop. When a reader falls behind, its pending deltas are merged into one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from inferd.engine.engine import Engine
+from inferd.engine.outputs import EngineStats, RequestOutput
+from inferd.engine.request import Priority
+from inferd.engine.sampling_params import SamplingParams
+from inferd.engine.scheduler import QueueFullError
+
+log = logging.getLogger(__name__)
+
+
+class EngineDeadError(RuntimeError):
+    """The engine loop has stopped; no request can be served."""
+
+
+@dataclass
+class _Add:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    priority: Priority
+    cache_prompt: bool
+
+
+@dataclass
+class _Abort:
+    request_id: str
+
+
+class _Call:
+    """Run a function on the engine thread and hand its result back."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.done = threading.Event()
+        self.result = None
+        self.error: BaseException | None = None
+
+
+class AsyncEngine:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self._commands: queue.Queue = queue.Queue()
+        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="inferd-engine", daemon=True)
+        self._pending = 0  # added but not yet seen by the engine thread
+        self._stats = engine.stats()
+        self._thread.start()
+
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    # -- asyncio side --------------------------------------------------------
+    async def generate(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        priority: Priority = Priority.NORMAL,
+        cache_prompt: bool = True,
+    ) -> AsyncIterator[RequestOutput]:
+        """Deltas until one with `finished`. Closing the iterator early aborts the request."""
+        if self._stop.is_set():
+            raise EngineDeadError("the engine has shut down")
+        self.engine.validate(prompt_token_ids, params)
+        if request_id in self._streams:
+            raise ValueError(f"request id {request_id!r} is already in flight")
+        stats = self._stats
+        if stats.waiting + self._pending >= self.engine.config.max_queue:
+            raise QueueFullError(f"the waiting queue is full ({self.engine.config.max_queue} requests, --max-queue)")
+        loop = asyncio.get_running_loop()
+        stream: asyncio.Queue = asyncio.Queue()
+        self._streams[request_id] = (loop, stream)
+        self._pending += 1
+        self._commands.put(_Add(request_id, prompt_token_ids, params, priority, cache_prompt))
+        finished = False
+        try:
+            while not finished:
+                out = await stream.get()
+                while not stream.empty() and not out.finished:
+                    out.merge(stream.get_nowait())
+                finished = out.finished
+                yield out
+        finally:
+            self._streams.pop(request_id, None)
+            if not finished:
+                self._commands.put(_Abort(request_id))
+
+    def abort(self, request_id: str) -> None:
+        self._commands.put(_Abort(request_id))
+
+    async def call(self, fn):
+        """Run `fn(engine)` between steps on the engine thread."""
+        call = _Call(fn)
+        self._commands.put(call)
+        await asyncio.get_running_loop().run_in_executor(None, call.done.wait)
+        if call.error is not None:
+            raise call.error
+        return call.result
+
+    def stats(self) -> EngineStats:
+        """The snapshot taken after the latest step (never blocks)."""
+        return self._stats
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._commands.put(None)
+        self._thread.join(timeout)
+
+    # -- engine thread -------------------------------------------------------
+    def _loop(self) -> None:
+        engine = self.engine
+        while not self._stop.is_set():
+            try:
+                self._drain_commands(block=not engine.has_work)
+                if self._stop.is_set():
+                    break
+                outputs = engine.step()
+            except Exception:
+                log.exception("engine step failed; ending the requests in flight")
+                outputs = engine.fail_all("internal engine error; see the server log")
+            self._stats = engine.stats()
+            for out in outputs:
+                self._deliver(out)
+        for out in engine.fail_all("the server is shutting down"):
+            self._deliver(out)
+
+    def _drain_commands(self, block: bool) -> None:
+        while True:
+            try:
+                cmd = self._commands.get(block=block, timeout=0.5 if block else None)
+            except queue.Empty:
+                return
+            block = False
+            if cmd is None:
+                return
+            if isinstance(cmd, _Add):
+                self._pending -= 1
+                if cmd.request_id not in self._streams:
+                    continue  # the reader went away before the engine saw it
+                try:
+                    self.engine.add_request(cmd.request_id, cmd.prompt_token_ids, cmd.params, cmd.priority, cmd.cache_prompt)
+                except (ValueError, RuntimeError) as e:
+                    self._deliver(RequestOutput(cmd.request_id, finished=True, finish_reason="error", error=str(e)))
+            elif isinstance(cmd, _Abort):
+                out = self.engine.abort(cmd.request_id)
+                if out is not None:
+                    self._deliver(out)
+            elif isinstance(cmd, _Call):
+                try:
+                    cmd.result = cmd.fn(self.engine)
+                except Exception as e:  # the caller re-raises it
+                    cmd.error = e
+                finally:
+                    cmd.done.set()
+
+    def _deliver(self, out: RequestOutput) -> None:
+        target = self._streams.get(out.request_id)
+        if target is not None:
+            loop, stream = target
+            loop.call_soon_threadsafe(stream.put_nowait, out)

@@ -1,0 +1,191 @@
+"""The synchronous engine: one `step()` is schedule -> forward -> sample ->
+append, over the whole running batch. Not thread-safe; `AsyncEngine` owns it
+on a thread of its own."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+import torch
+
+from inferd.config import EngineConfig
+from inferd.engine.detokenizer import IncrementalDetokenizer
+from inferd.engine.kv_cache import BlockPool
+from inferd.engine.outputs import EngineStats, RequestOutput, Usage
+from inferd.engine.request import Priority, Request, RequestStatus
+from inferd.engine.runner import ModelRunner
+from inferd.engine.sampler import Sampler, SampleRow, TokenLogprobs, make_generator
+from inferd.engine.sampling_params import SamplingParams
+from inferd.engine.scheduler import RequestRejected, Scheduler, SchedulerConfig
+from inferd.models.loader import LoadedModel
+
+log = logging.getLogger(__name__)
+
+
+def kv_pool_blocks(config: EngineConfig, bytes_per_token: int) -> int:
+    per_seq = -(-config.ctx_size // config.block_size)
+    if config.num_kv_blocks:
+        blocks = config.num_kv_blocks
+    elif config.kv_cache_memory:
+        blocks = config.kv_cache_memory * 2**20 // (bytes_per_token * config.block_size)
+    else:
+        return per_seq * config.parallel
+    if blocks < per_seq:
+        raise ValueError(
+            f"the KV cache holds {blocks * config.block_size} tokens, less than one --ctx-size {config.ctx_size} "
+            "sequence; raise --kv-cache-memory or lower --ctx-size"
+        )
+    return blocks
+
+
+class Engine:
+    def __init__(self, loaded: LoadedModel, config: EngineConfig):
+        self.loaded = loaded
+        self.config = config
+        self.tokenizer = loaded.tokenizer
+        max_len = min(config.ctx_size, loaded.config.max_position_embeddings)
+        self.max_model_len = max_len
+        bytes_per_token = ModelRunner.kv_bytes_per_token(loaded.model, loaded.dtype)
+        self.pool = BlockPool(kv_pool_blocks(config, bytes_per_token), config.block_size)
+        self.scheduler = Scheduler(
+            SchedulerConfig(
+                max_num_seqs=config.parallel,
+                max_num_batched_tokens=config.max_batched_tokens,
+                max_model_len=max_len,
+                max_queue=config.max_queue,
+                block_size=config.block_size,
+            ),
+            self.pool,
+        )
+        self.runner = ModelRunner(loaded.model, self.pool.num_blocks, config.block_size, loaded.dtype, loaded.device)
+        self.sampler = Sampler()
+        self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids) | frozenset(loaded.config.eos_token_ids)
+        self.requests: dict[str, Request] = {}
+        self._detok: dict[str, IncrementalDetokenizer] = {}
+        self._counters = {"prompt": 0, "computed": 0, "generated": 0, "steps": 0}
+        torch.manual_seed(config.seed)
+
+    # -- requests ----------------------------------------------------------
+    def validate(self, prompt_token_ids: Sequence[int], params: SamplingParams) -> None:
+        """Everything that can be refused up front; raises ValueError subclasses."""
+        params.validate(self.tokenizer.vocab_size)
+        vocab = self.loaded.config.vocab_size
+        bad = next((t for t in prompt_token_ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise RequestRejected(f"prompt token id {bad} is outside the vocabulary [0, {vocab})")
+        self.scheduler.check_fits(len(prompt_token_ids), params.max_tokens)
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        priority: Priority = Priority.NORMAL,
+        cache_prompt: bool = True,
+    ) -> None:
+        if request_id in self.requests:
+            raise RequestRejected(f"request id {request_id!r} is already in flight")
+        self.validate(prompt_token_ids, params)
+        req = Request(request_id, list(prompt_token_ids), params, priority=priority, cache_prompt=cache_prompt)
+        req.generator = make_generator(params.seed)
+        self.scheduler.add(req)
+        self.requests[request_id] = req
+        self._detok[request_id] = IncrementalDetokenizer(
+            self.tokenizer, req.prompt_token_ids, skip_special_tokens=params.skip_special_tokens,
+            stop=params.stop, include_stop_str_in_output=params.include_stop_str_in_output,
+        )
+        self._counters["prompt"] += len(prompt_token_ids)
+
+    def abort(self, request_id: str, status: RequestStatus = RequestStatus.FINISHED_ABORTED) -> RequestOutput | None:
+        req = self.requests.get(request_id)
+        if req is None:
+            return None
+        self.scheduler.finish(req, status)
+        return self._finish_output(req, RequestOutput(request_id))
+
+    @property
+    def has_work(self) -> bool:
+        return self.scheduler.has_work
+
+    # -- one step ----------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        batch = self.scheduler.schedule()
+        if not batch:
+            return []
+        result = self.runner.run(batch)
+        self.scheduler.advance(batch)
+        self._counters["steps"] += 1
+        self._counters["computed"] += sum(batch.num_new_tokens)
+        if not result.sampling:
+            return []
+        rows = [
+            SampleRow(r.params, r.prompt_token_ids, r.output_token_ids, r.generator, self.eos_token_ids)
+            for r in result.sampling
+        ]
+        sampled = self.sampler(result.logits, rows)
+        return [
+            self._append(req, tok, lp)
+            for req, tok, lp in zip(result.sampling, sampled.token_ids, sampled.logprobs)
+        ]
+
+    def _append(self, req: Request, token: int, logprobs: TokenLogprobs | None) -> RequestOutput:
+        req.output_token_ids.append(token)
+        self._counters["generated"] += 1
+        if req.first_token_time is None:
+            req.first_token_time = time.monotonic()
+        out = RequestOutput(req.request_id, token_ids=[token], logprobs=[logprobs] if logprobs else None)
+        params, detok = req.params, self._detok[req.request_id]
+        status = None
+        if token in self.eos_token_ids and not params.ignore_eos or token in params.stop_token_ids:
+            status, req.stop_reason = RequestStatus.FINISHED_STOPPED, token
+        else:
+            delta = detok.add_tokens([token])
+            out.text = delta.text
+            if delta.stop_string is not None:
+                status, req.stop_reason = RequestStatus.FINISHED_STOPPED, delta.stop_string
+        if status is None and (
+            (params.max_tokens is not None and len(req.output_token_ids) >= params.max_tokens)
+            or req.num_tokens >= self.max_model_len
+        ):
+            status = RequestStatus.FINISHED_LENGTH
+        if status is None:
+            return out
+        if not isinstance(req.stop_reason, str):
+            out.text += detok.flush()
+        self.scheduler.finish(req, status)
+        return self._finish_output(req, out)
+
+    def _finish_output(self, req: Request, out: RequestOutput) -> RequestOutput:
+        out.finished = True
+        out.finish_reason = req.finish_reason
+        out.stop_reason = req.stop_reason
+        out.usage = Usage(req.num_prompt_tokens, len(req.output_token_ids), req.num_cached_tokens)
+        del self.requests[req.request_id]
+        del self._detok[req.request_id]
+        return out
+
+    def fail_all(self, message: str) -> list[RequestOutput]:
+        """After an unexpected engine error: end every request with an error."""
+        outs = []
+        for rid in list(self.requests):
+            out = self.abort(rid, RequestStatus.FINISHED_ERROR)
+            if out is not None:
+                out.error = message
+                outs.append(out)
+        return outs
+
+    def reset_prefix_cache(self) -> int:
+        return self.pool.reset_prefix_cache()
+
+    def stats(self) -> EngineStats:
+        c, s = self._counters, self.pool.stats
+        return EngineStats(
+            running=len(self.scheduler.running), waiting=len(self.scheduler.waiting),
+            max_running=self.config.parallel, kv_blocks_total=self.pool.num_blocks,
+            kv_blocks_used=self.pool.num_used, block_size=self.pool.block_size,
+            prefix_cache_queries=s.queries, prefix_cache_hits=s.hits,
+            prompt_tokens_total=c["prompt"], tokens_computed_total=c["computed"],
+            generation_tokens_total=c["generated"], preemptions=self.scheduler.num_preemptions, steps=c["steps"],
+        )

@@ -1,0 +1,65 @@
+"""What the engine tells its callers, one delta per request per step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from inferd.engine.sampler import TokenLogprobs
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int  # prompt tokens served from the prefix cache
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    token_ids: list[int] = field(default_factory=list)  # new since the last delta
+    text: str = ""  # new text since the last delta
+    logprobs: list[TokenLogprobs] | None = None
+    finished: bool = False
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
+    stop_reason: int | str | None = None  # the stop token id or stop string
+    usage: Usage | None = None
+    error: str | None = None
+
+    def merge(self, later: "RequestOutput") -> None:
+        """Fold a later delta into this one (a slow reader gets fewer, larger deltas)."""
+        self.token_ids += later.token_ids
+        self.text += later.text
+        if later.logprobs is not None:
+            self.logprobs = (self.logprobs or []) + later.logprobs
+        self.finished, self.finish_reason = later.finished, later.finish_reason
+        self.stop_reason, self.usage, self.error = later.stop_reason, later.usage, later.error
+
+
+@dataclass
+class EngineStats:
+    running: int
+    waiting: int
+    max_running: int
+    kv_blocks_total: int
+    kv_blocks_used: int
+    block_size: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    prompt_tokens_total: int  # prompt tokens admitted
+    tokens_computed_total: int  # tokens run through the model (prefill chunks + decodes; cache hits excluded)
+    generation_tokens_total: int
+    preemptions: int
+    steps: int
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
+
+    @property
+    def kv_usage(self) -> float:
+        return self.kv_blocks_used / self.kv_blocks_total

@@ -1,0 +1,72 @@
+"""AsyncEngine: streaming from the engine thread, abort on close, errors."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from inferd.config import EngineConfig
+from inferd.engine.async_engine import AsyncEngine
+from inferd.engine.engine import Engine
+from inferd.engine.sampling_params import SamplingParams
+from inferd.engine.scheduler import RequestRejected
+from inferd.models.loader import load_model
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir):
+    loaded = load_model(str(tiny_model_dir), dtype="float32")
+    async_engine = AsyncEngine(Engine(loaded, EngineConfig(ctx_size=128, parallel=4, block_size=4)))
+    yield async_engine
+    async_engine.shutdown()
+
+
+async def collect(engine, rid, params, prompt=(2, 40, 41, 42)):
+    outs = []
+    async for out in engine.generate(rid, list(prompt), params):
+        outs.append(out)
+    return outs
+
+
+def test_streams_deltas_until_finished(engine):
+    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    outs = asyncio.run(collect(engine, "a", params))
+    assert outs[-1].finished and outs[-1].finish_reason == "length"
+    assert sum(len(o.token_ids) for o in outs) == 8
+    assert outs[-1].usage.completion_tokens == 8 and outs[-1].usage.prompt_tokens == 4
+
+
+def test_concurrent_requests_all_finish(engine):
+    async def main():
+        params = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
+        return await asyncio.gather(*(collect(engine, f"c{i}", params, (2, 10 + i, 11)) for i in range(6)))
+
+    for outs in asyncio.run(main()):
+        assert outs[-1].finished and sum(len(o.token_ids) for o in outs) == 6
+
+
+def test_closing_the_stream_aborts_and_frees_blocks(engine):
+    async def main():
+        params = SamplingParams(max_tokens=100, temperature=0.0, ignore_eos=True)
+        stream = engine.generate("gone", [2, 50, 51], params)
+        await stream.__anext__()
+        await stream.aclose()
+        for _ in range(100):  # the abort is applied between steps
+            used = await engine.call(lambda e: (e.pool.num_used, e.has_work))
+            if used == (0, False):
+                return used
+            await asyncio.sleep(0.02)
+        return used
+
+    assert asyncio.run(main()) == (0, False)
+
+
+def test_invalid_request_raises_before_streaming(engine):
+    async def main():
+        with pytest.raises(RequestRejected):
+            await collect(engine, "bad", SamplingParams(max_tokens=1), prompt=[2] * 200)
+        # and the engine keeps serving
+        return await collect(engine, "next", SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True))
+
+    assert asyncio.run(main())[-1].finished
