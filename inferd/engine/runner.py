@@ -59,7 +59,7 @@ class ModelRunner:
             row = len(token_ids)
             token_ids.extend(req.all_token_ids[start : start + n])
             positions.append(pos)
-            slots.append(table[pos // self.block_size] * self.block_size + pos % self.block_size)
+            slots.append(self._slots(table, pos))
             if n == 1:
                 decode_ctx.append(start + 1)
                 decode_tables.append(table)
@@ -74,7 +74,9 @@ class ModelRunner:
             meta.decode_full, meta.decode_sliding = self._decode_views(decode_ctx, decode_tables)
         ids = torch.tensor(token_ids, dtype=torch.int64, device=self.device)
         hidden = self.model(ids, torch.cat(positions).to(self.device), self.kv_caches, meta)
-        logits = self.model.compute_logits(hidden[torch.tensor(sample_rows, device=self.device)])
+        if not sampling:  # only unfinished prefill chunks this step
+            return StepResult(logits=hidden.new_empty((0, 0), dtype=torch.float32), sampling=[])
+        logits = self.model.compute_logits(hidden[torch.tensor(sample_rows, dtype=torch.int64, device=self.device)])
         return StepResult(logits=logits, sampling=sampling)
 
     def _slots(self, table: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,66 @@
+"""Rendering a conversation into a prompt with a model's chat template."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import jinja2
+
+from inferd.chat.fallback_templates import fallback_template_source
+from inferd.chat.jinja_environment import TemplateError, chat_template_environment
+from inferd.chat.message_content import template_reads_content_parts, with_text_content
+
+if TYPE_CHECKING:
+    from inferd.models.tokenizer import Tokenizer
+
+__all__ = ["ChatTemplate", "TemplateError", "chat_template_for"]
+
+
+class ChatTemplate:
+    """A Jinja chat template, compiled once, rendered per request."""
+
+    def __init__(self, source: str, bos_token: str | None, eos_token: str | None):
+        self.source = source
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        self._reads_content_parts = template_reads_content_parts(source)
+        try:
+            self._template = chat_template_environment().from_string(source)
+        except jinja2.TemplateSyntaxError as error:
+            raise TemplateError(
+                f"the chat template does not compile: {error.message} (template line {error.lineno})"
+            ) from error
+
+    def render(
+        self,
+        messages: list[dict],
+        *,
+        tools: list[dict] | None = None,
+        add_generation_prompt: bool = True,
+        **template_kwargs: Any,
+    ) -> str:
+        """The prompt text. `template_kwargs` become template variables (enable_thinking, documents, ...)."""
+        variables: dict[str, Any] = {}
+        # An absent token stays undefined (renders as ""), as templates expect, rather than "None".
+        if self.bos_token is not None:
+            variables["bos_token"] = self.bos_token
+        if self.eos_token is not None:
+            variables["eos_token"] = self.eos_token
+        variables.update(template_kwargs)
+        variables.update(
+            messages=messages if self._reads_content_parts else with_text_content(messages),
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+        )
+        try:
+            return self._template.render(variables)
+        except TemplateError:
+            raise
+        except Exception as error:  # any failure inside template code is the template's
+            raise TemplateError(f"the chat template failed to render: {type(error).__name__}: {error}") from error
+
+
+def chat_template_for(tokenizer: Tokenizer) -> ChatTemplate:
+    """The model's own chat template, else the built-in one its vocabulary calls for."""
+    source = tokenizer.chat_template or fallback_template_source(tokenizer.token_to_id)
+    return ChatTemplate(source, tokenizer.bos_token, tokenizer.eos_token)
