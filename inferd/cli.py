@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
 
     gen = sub.add_parser("generate", help="print a one-shot completion of PROMPT, streamed")
     gen.add_argument("prompt", help="the text to continue")
-    gen.add_argument("--max-tokens", "-n", type=int, default=128, help="tokens to generate (default: 128)")
+    gen.add_argument("--max-tokens", type=int, default=128, help="tokens to generate (default: 128)")
     gen.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default: 0.8)")
     gen.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling (default: 0.95)")
     gen.add_argument("--top-k", type=int, default=40, help="0 = off (default: 40)")

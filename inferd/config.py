@@ -28,7 +28,6 @@ class EngineOptions:
     num_kv_blocks: int = option(0, "KV-cache size in blocks, overriding --kv-cache-memory; 0 = derived")
     max_batched_tokens: int = option(512, "token budget of one engine step; long prompts are prefilled in chunks of this size")
     max_queue: int = option(256, "requests allowed to wait for a slot before new ones are refused")
-    seed: int = option(0, "seed of the shared RNG for requests without their own seed")
 
 
 @dataclass

@@ -8,7 +8,6 @@ import logging
 import time
 from collections.abc import Sequence
 
-import torch
 
 from inferd.config import EngineConfig
 from inferd.engine.detokenizer import IncrementalDetokenizer
@@ -65,7 +64,6 @@ class Engine:
         self.requests: dict[str, Request] = {}
         self._detok: dict[str, IncrementalDetokenizer] = {}
         self._counters = {"prompt": 0, "computed": 0, "generated": 0, "steps": 0}
-        torch.manual_seed(config.seed)
 
     # -- requests ----------------------------------------------------------
     def validate(self, prompt_token_ids: Sequence[int], params: SamplingParams) -> None:
