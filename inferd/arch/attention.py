@@ -4,8 +4,11 @@ The KV cache of one layer is a pair of tensors [num_slots, kv_heads, head_dim];
 slot = block_id * block_size + offset. Each step the runner describes the
 batch once (`AttentionMetadata`) and every layer reuses it:
 
-- decode rows (one query token each) come first and are attended in one
-  batched call over their gathered, padded contexts;
+- decode rows (one query token each) come first, grouped by context length
+  rounded up to a bucket; each group is attended in one batched call over
+  its gathered, padded contexts. Padding depends only on a row's own
+  length, so a row's result does not depend on its neighbours (batch
+  invariance: the attention kernel's reduction changes with padded length);
 - each prefill chunk then attends its own context (cached prefix + chunk).
 """
 
@@ -35,11 +38,17 @@ class PrefillSpan:
 
 
 @dataclass
+class DecodeGroup:
+    start: int  # rows [start, end) of the flattened batch, one token each
+    end: int
+    full: ContextView
+    sliding: ContextView | None = None
+
+
+@dataclass
 class AttentionMetadata:
     slot_mapping: torch.Tensor  # [T] where each new token's K/V is written
-    num_decode: int = 0
-    decode_full: ContextView | None = None
-    decode_sliding: ContextView | None = None
+    decodes: list[DecodeGroup] = field(default_factory=list)
     prefills: list[PrefillSpan] = field(default_factory=list)
 
 
@@ -60,15 +69,14 @@ def paged_attention(
     v_cache.index_copy_(0, meta.slot_mapping, v)
     out = torch.empty_like(q)
     gqa = q.shape[1] != k.shape[1]
-    n = meta.num_decode
-    if n:
-        view = meta.decode_sliding if sliding else meta.decode_full
+    for group in meta.decodes:
+        view = group.sliding if sliding and group.sliding is not None else group.full
         kc = k_cache[view.slots].transpose(1, 2)  # [B, Hkv, L, D]
         vc = v_cache[view.slots].transpose(1, 2)
         o = F.scaled_dot_product_attention(
-            q[:n].unsqueeze(2), kc, vc, attn_mask=view.mask, scale=scale, enable_gqa=gqa
+            q[group.start : group.end].unsqueeze(2), kc, vc, attn_mask=view.mask, scale=scale, enable_gqa=gqa
         )
-        out[:n] = o.squeeze(2)
+        out[group.start : group.end] = o.squeeze(2)
     for span in meta.prefills:
         view = span.sliding if sliding and span.sliding is not None else span.full
         qs = q[span.start : span.end].transpose(0, 1)  # [H, n, D]

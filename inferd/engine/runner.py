@@ -1,7 +1,7 @@
 """Turns a scheduled batch into one forward pass and the logits to sample.
 
-Rows are ordered decodes first (one token each, attended together), then
-prefill chunks. The KV cache is one (K, V) pair per layer, each
+Rows are ordered decodes first (one token each, grouped by padded context
+length), then prefill chunks. The KV cache is one (K, V) pair per layer, each
 [num_blocks * block_size, kv_heads, head_dim].
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from inferd.arch.attention import AttentionMetadata, ContextView, PrefillSpan
+from inferd.arch.attention import AttentionMetadata, ContextView, DecodeGroup, PrefillSpan
 from inferd.arch.base import CausalLM
 from inferd.engine.request import Request
 from inferd.engine.scheduler import ScheduledBatch
@@ -21,6 +21,14 @@ from inferd.engine.scheduler import ScheduledBatch
 class StepResult:
     logits: torch.Tensor  # [N, V] float32, one row per sampling request
     sampling: list[Request]  # in logits row order
+
+
+# Decode contexts are padded to a multiple of this many tokens.
+DECODE_BUCKET = 256
+
+
+def _bucket(context_len: int) -> int:
+    return -(-context_len // DECODE_BUCKET) * DECODE_BUCKET
 
 
 class ModelRunner:
@@ -43,7 +51,11 @@ class ModelRunner:
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> StepResult:
-        pairs = sorted(zip(batch.requests, batch.num_new_tokens), key=lambda p: p[1] != 1)
+        def order(pair):  # decodes first, by bucket; then prefills
+            req, n = pair
+            return (1, 0) if n != 1 else (0, _bucket(req.num_computed_tokens + 1))
+
+        pairs = sorted(zip(batch.requests, batch.num_new_tokens), key=order)
         token_ids: list[int] = []
         positions: list[torch.Tensor] = []
         slots: list[torch.Tensor] = []
@@ -69,9 +81,7 @@ class ModelRunner:
                 sample_rows.append(row + n - 1)
                 sampling.append(req)
         meta = AttentionMetadata(slot_mapping=torch.cat(slots).to(self.device), prefills=prefills)
-        if decode_ctx:
-            meta.num_decode = len(decode_ctx)
-            meta.decode_full, meta.decode_sliding = self._decode_views(decode_ctx, decode_tables)
+        meta.decodes = self._decode_groups(decode_ctx, decode_tables)
         ids = torch.tensor(token_ids, dtype=torch.int64, device=self.device)
         hidden = self.model(ids, torch.cat(positions).to(self.device), self.kv_caches, meta)
         if not sampling:  # only unfinished prefill chunks this step
@@ -82,14 +92,24 @@ class ModelRunner:
     def _slots(self, table: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         return table[pos // self.block_size] * self.block_size + pos % self.block_size
 
-    def _decode_views(self, ctx: list[int], tables: list[torch.Tensor]) -> tuple[ContextView, ContextView | None]:
-        lengths = torch.tensor(ctx)
-        longest = max(ctx)
-        full = self._gather_view(tables, lengths, torch.zeros_like(lengths), longest)
-        if self.window is None:
-            return full, None
-        starts = (lengths - self.window).clamp(min=0)
-        return full, self._gather_view(tables, lengths, starts, min(self.window, longest))
+    def _decode_groups(self, ctx: list[int], tables: list[torch.Tensor]) -> list[DecodeGroup]:
+        groups = []
+        start = 0
+        while start < len(ctx):
+            width = _bucket(ctx[start])
+            end = start
+            while end < len(ctx) and _bucket(ctx[end]) == width:
+                end += 1
+            lengths = torch.tensor(ctx[start:end])
+            group_tables = tables[start:end]
+            full = self._gather_view(group_tables, lengths, torch.zeros_like(lengths), width)
+            sliding = None
+            if self.window is not None:
+                starts = (lengths - self.window).clamp(min=0)
+                sliding = self._gather_view(group_tables, lengths, starts, min(self.window, width))
+            groups.append(DecodeGroup(start, end, full, sliding))
+            start = end
+        return groups
 
     def _gather_view(self, tables, lengths, starts, width) -> ContextView:
         pos = starts[:, None] + torch.arange(width)[None, :]  # [B, width]
