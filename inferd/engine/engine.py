@@ -15,7 +15,7 @@ from inferd.engine.kv_cache import BlockPool
 from inferd.engine.outputs import EngineStats, RequestOutput, Usage
 from inferd.engine.request import Priority, Request, RequestStatus
 from inferd.engine.runner import ModelRunner
-from inferd.engine.sampler import Sampler, SampleRow, TokenLogprobs, make_generator
+from inferd.engine.sampler import NoValidTokenError, Sampler, SampleRow, TokenLogprobs, make_generator
 from inferd.engine.sampling_params import SamplingParams
 from inferd.engine.scheduler import RequestRejected, Scheduler, SchedulerConfig
 from inferd.models.loader import LoadedModel
@@ -68,8 +68,8 @@ class Engine:
     # -- requests ----------------------------------------------------------
     def validate(self, prompt_token_ids: Sequence[int], params: SamplingParams) -> None:
         """Everything that can be refused up front; raises ValueError subclasses."""
-        params.validate(self.tokenizer.vocab_size)
-        vocab = self.loaded.config.vocab_size
+        vocab = self.loaded.config.vocab_size  # the logits' width; may exceed the tokenizer's
+        params.validate(vocab)
         bad = next((t for t in prompt_token_ids if not 0 <= t < vocab), None)
         if bad is not None:
             raise RequestRejected(f"prompt token id {bad} is outside the vocabulary [0, {vocab})")
@@ -118,14 +118,31 @@ class Engine:
         self._counters["computed"] += sum(batch.num_new_tokens)
         if not result.sampling:
             return []
+        return self._sample(result.logits, result.sampling)
+
+    def _sample(self, logits, requests: list[Request]) -> list[RequestOutput]:
         rows = [
             SampleRow(r.params, r.prompt_token_ids, r.output_token_ids, r.generator, self.eos_token_ids)
-            for r in result.sampling
+            for r in requests
         ]
-        sampled = self.sampler(result.logits, rows)
+        try:
+            sampled = self.sampler(logits, rows)
+        except NoValidTokenError as e:
+            # Rows with no finite logit (e.g. every token banned) fail alone;
+            # the rest of the batch is sampled again.
+            failed = set(e.rows)
+            outputs = []
+            for i in sorted(failed):
+                out = self.abort(requests[i].request_id, RequestStatus.FINISHED_ERROR)
+                out.error = "no token can be sampled: every logit is -inf or not finite (check logit_bias)"
+                outputs.append(out)
+            keep = [i for i in range(len(requests)) if i not in failed]
+            if keep:
+                outputs += self._sample(logits[keep], [requests[i] for i in keep])
+            return outputs
         return [
             self._append(req, tok, lp)
-            for req, tok, lp in zip(result.sampling, sampled.token_ids, sampled.logprobs)
+            for req, tok, lp in zip(requests, sampled.token_ids, sampled.logprobs)
         ]
 
     def _append(self, req: Request, token: int, logprobs: TokenLogprobs | None) -> RequestOutput:

@@ -158,3 +158,12 @@ def test_text_deltas_join_to_the_full_decode(loaded):
             text += out.text
             ids += out.token_ids
     assert text == loaded.tokenizer.decode(ids)
+
+
+def test_a_request_with_no_samplable_token_fails_alone(loaded):
+    engine = make_engine(loaded)
+    banned = SamplingParams(max_tokens=3, temperature=0.0, logit_bias={t: float("-inf") for t in range(272)})
+    toks, finals = run(engine, {"bad": (prompt(5), banned), "good": (prompt(6), GREEDY)})
+    assert finals["bad"].finish_reason == "error" and "logit_bias" in finals["bad"].error
+    assert finals["good"].finish_reason == "length" and len(toks["good"]) == 12
+    assert engine.pool.num_used == 0
