@@ -20,17 +20,29 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
         default = f.default if env is None else _parse_env(kind, env, f.name)
         if kind is bool:
             parser.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=meta["help"])
+        elif kind is list:
+            items = list(default) if env is None else [v for v in env.split(",") if v]
+            parser.add_argument(*names, dest=f.name, action="append", default=None, help=meta["help"])
+            parser.set_defaults(**{f"_default_{f.name}": items})
         else:
             parser.add_argument(*names, dest=f.name, type=kind, default=default, help=f"{meta['help']} (default: {default})")
 
 
 def build(cls: type, args: argparse.Namespace):
-    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+    values = {}
+    for f in dataclasses.fields(cls):
+        value = getattr(args, f.name)
+        if value is None and hasattr(args, f"_default_{f.name}"):
+            value = getattr(args, f"_default_{f.name}")  # a repeatable flag never given
+        values[f.name] = value
+    return cls(**values)
 
 
 def _base_type(hint) -> type:
+    if typing.get_origin(hint) is list:
+        return list
     args = [a for a in typing.get_args(hint) if a is not type(None)]
-    return args[0] if args else hint
+    return _base_type(args[0]) if args else hint
 
 
 def _parse_env(kind: type, value: str, name: str):

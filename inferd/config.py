@@ -33,3 +33,23 @@ class EngineOptions:
 @dataclass
 class EngineConfig(ModelOptions, EngineOptions):
     pass
+
+
+@dataclass
+class ServerOptions:
+    host: str = option("127.0.0.1", "address to listen on; a path ending in .sock serves on a Unix socket")
+    port: int = option(8080, "port to listen on; 0 picks a free one (the log prints it)")
+    api_key: list[str] = option((), "API key clients must send (repeatable)")
+    api_key_file: str | None = option(None, "file with one API key per line")
+    alias: list[str] = option((), "another model name clients may use for the served model (repeatable)")
+    chat_template: str | None = option(None, "chat template: a built-in name (gemma, chatml, llama3) or a Jinja file")
+    metrics: bool = option(False, "serve Prometheus metrics at /metrics")
+    slots: bool = option(True, "serve per-slot state at /slots")
+    max_body_size: int = option(8 * 2**20, "largest request body accepted, in bytes")
+    shutdown_timeout: float = option(30.0, "seconds in-flight requests may take to finish on SIGTERM")
+    default_max_tokens: int | None = option(None, "max_tokens when a request sets none; default: until the context is full")
+
+
+@dataclass
+class ServeConfig(ServerOptions, EngineConfig):
+    pass

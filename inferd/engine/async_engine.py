@@ -52,6 +52,35 @@ class _Call:
         self.error: BaseException | None = None
 
 
+class RequestStream:
+    """Deltas of one request, merged when the reader falls behind. `close()`
+    before the final delta aborts the request in the engine."""
+
+    def __init__(self, engine: "AsyncEngine", request_id: str):
+        self.engine = engine
+        self.request_id = request_id
+        self.queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
+        self.finished = False
+
+    def __aiter__(self) -> "RequestStream":
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        if self.finished:
+            raise StopAsyncIteration
+        out = await self.queue.get()
+        while not out.finished and not self.queue.empty():
+            out.merge(self.queue.get_nowait())
+        self.finished = out.finished
+        return out
+
+    def close(self) -> None:
+        self.engine._streams.pop(self.request_id, None)
+        if not self.finished:
+            self.finished = True
+            self.engine.abort(self.request_id)
+
+
 class AsyncEngine:
     def __init__(self, engine: Engine):
         self.engine = engine
@@ -68,40 +97,37 @@ class AsyncEngine:
         return self.engine.tokenizer
 
     # -- asyncio side --------------------------------------------------------
-    async def generate(
+    def add_request(
         self,
         request_id: str,
         prompt_token_ids: list[int],
         params: SamplingParams,
         priority: Priority = Priority.NORMAL,
         cache_prompt: bool = True,
-    ) -> AsyncIterator[RequestOutput]:
-        """Deltas until one with `finished`. Closing the iterator early aborts the request."""
+    ) -> "RequestStream":
+        """Validate and submit; errors are raised here, before any output.
+        Must be called from the event loop that will read the stream."""
         if self._stop.is_set():
             raise EngineDeadError("the engine has shut down")
         self.engine.validate(prompt_token_ids, params)
         if request_id in self._streams:
             raise ValueError(f"request id {request_id!r} is already in flight")
-        stats = self._stats
-        if stats.waiting + self._pending >= self.engine.config.max_queue:
+        if self._stats.waiting + self._pending >= self.engine.config.max_queue:
             raise QueueFullError(f"the waiting queue is full ({self.engine.config.max_queue} requests, --max-queue)")
-        loop = asyncio.get_running_loop()
-        stream: asyncio.Queue = asyncio.Queue()
-        self._streams[request_id] = (loop, stream)
+        stream = RequestStream(self, request_id)
+        self._streams[request_id] = (asyncio.get_running_loop(), stream.queue)
         self._pending += 1
         self._commands.put(_Add(request_id, prompt_token_ids, params, priority, cache_prompt))
-        finished = False
+        return stream
+
+    async def generate(self, *args, **kwargs) -> AsyncIterator[RequestOutput]:
+        """`add_request`, then its deltas; leaving early aborts the request."""
+        stream = self.add_request(*args, **kwargs)
         try:
-            while not finished:
-                out = await stream.get()
-                while not stream.empty() and not out.finished:
-                    out.merge(stream.get_nowait())
-                finished = out.finished
+            async for out in stream:
                 yield out
         finally:
-            self._streams.pop(request_id, None)
-            if not finished:
-                self._commands.put(_Abort(request_id))
+            stream.close()
 
     def abort(self, request_id: str) -> None:
         self._commands.put(_Abort(request_id))

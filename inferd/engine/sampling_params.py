@@ -1,0 +1,137 @@
+"""Per-request sampling parameters and their validation."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import NoReturn
+
+# Upper bound on requested logprob alternatives; matches the OpenAI API limit.
+MAX_LOGPROBS = 20
+# Bias magnitude limit shared by the OpenAI-style APIs; -inf (a ban) is allowed on top.
+MAX_LOGIT_BIAS = 100.0
+
+
+class SamplingParamsError(ValueError):
+    """A sampling parameter is out of range; `field` names the offending parameter."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field_name
+
+
+@dataclass
+class SamplingParams:
+    max_tokens: int | None = 16  # None = until the context is full
+    min_tokens: int = 0
+    temperature: float = 1.0  # 0 = greedy
+    top_k: int = 0  # 0 or -1 = off
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0  # over prompt + output tokens (divide positive logits, multiply negative)
+    presence_penalty: float = 0.0  # over output tokens only
+    frequency_penalty: float = 0.0  # over output tokens only
+    logit_bias: dict[int, float] | None = None
+    seed: int | None = None
+    logprobs: int | None = None  # None off; 0 = sampled token only; k = also the top-k alternatives
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def validate(self, vocab_size: int) -> None:
+        """Raise SamplingParamsError for the first parameter outside its allowed range."""
+        if self.max_tokens is not None:
+            _require_int("max_tokens", self.max_tokens)
+            if self.max_tokens < 1:
+                _fail("max_tokens", f"max_tokens must be >= 1 or None, got {self.max_tokens!r}")
+        _require_int("min_tokens", self.min_tokens)
+        if self.min_tokens < 0:
+            _fail("min_tokens", f"min_tokens must be >= 0, got {self.min_tokens!r}")
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            _fail(
+                "min_tokens",
+                f"min_tokens must be <= max_tokens ({self.max_tokens}), got {self.min_tokens!r}",
+            )
+
+        _require_in_range("temperature", self.temperature, 0.0, 2.0)
+        _require_int("top_k", self.top_k)
+        if self.top_k < -1:
+            _fail("top_k", f"top_k must be -1 or 0 (off) or a positive integer, got {self.top_k!r}")
+        _require_number("top_p", self.top_p)
+        if not 0.0 < self.top_p <= 1.0:
+            _fail("top_p", f"top_p must be in (0, 1], got {self.top_p!r}")
+        _require_in_range("min_p", self.min_p, 0.0, 1.0)
+
+        _require_number("repetition_penalty", self.repetition_penalty)
+        if not (self.repetition_penalty > 0.0 and math.isfinite(self.repetition_penalty)):
+            _fail(
+                "repetition_penalty",
+                f"repetition_penalty must be a finite number > 0, got {self.repetition_penalty!r}",
+            )
+        _require_in_range("presence_penalty", self.presence_penalty, -2.0, 2.0)
+        _require_in_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)
+
+        if self.logit_bias is not None:
+            for token_id, bias in self.logit_bias.items():
+                _require_token_id("logit_bias", token_id, vocab_size)
+                # -inf is allowed: it is how a token gets banned outright.
+                if not (bias == -math.inf or _is_number(bias) and -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS):
+                    _fail(
+                        "logit_bias",
+                        f"logit_bias[{token_id}] must be in [-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}] or -inf, "
+                        f"got {bias!r}",
+                    )
+
+        if self.seed is not None:
+            _require_int("seed", self.seed)
+
+        if self.logprobs is not None:
+            _require_int("logprobs", self.logprobs)
+            if not 0 <= self.logprobs <= MAX_LOGPROBS:
+                _fail("logprobs", f"logprobs must be in [0, {MAX_LOGPROBS}] or None, got {self.logprobs!r}")
+
+        for stop_string in self.stop:
+            if not isinstance(stop_string, str) or not stop_string:
+                _fail("stop", f"stop entries must be non-empty strings, got {stop_string!r}")
+        for token_id in self.stop_token_ids:
+            _require_token_id("stop_token_ids", token_id, vocab_size)
+
+
+def _fail(field_name: str, message: str) -> NoReturn:
+    raise SamplingParamsError(field_name, message)
+
+
+def _require_int(field_name: str, value: object) -> None:
+    # bool is an int subclass, but True/False as a count is always a caller mistake.
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(field_name, f"{field_name} must be an integer, got {value!r}")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _require_number(field_name: str, value: object) -> None:
+    if not _is_number(value):
+        _fail(field_name, f"{field_name} must be a number, got {value!r}")
+
+
+def _require_in_range(field_name: str, value: object, low: float, high: float) -> None:
+    _require_number(field_name, value)
+    # Written so that NaN fails the check too.
+    if not low <= value <= high:  # type: ignore[operator]
+        _fail(field_name, f"{field_name} must be in [{low:g}, {high:g}], got {value!r}")
+
+
+def _require_token_id(field_name: str, token_id: object, vocab_size: int) -> None:
+    if isinstance(token_id, bool) or not isinstance(token_id, int) or not 0 <= token_id < vocab_size:
+        _fail(
+            field_name,
+            f"{field_name} token ids must be integers in [0, {vocab_size}), got {token_id!r}",
+        )
