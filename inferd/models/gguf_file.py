@@ -1,35 +1,45 @@
-"""A lean reader for the GGUF container: metadata, tensor directory, raw bytes.
+"""The GGUF container reader: metadata, tensor directory, raw tensor bytes.
 
 `gguf.GGUFReader` builds a numpy view per metadata item, which takes seconds on
 a 262k-token vocabulary; this reader walks the header with `struct` and maps
-tensor data lazily, so opening a file costs a fraction of that.
+tensor data lazily, so opening a file costs a fraction of that. Metadata a
+caller does not need (the vocabulary, once a cached tokenizer exists) can be
+stepped over without being decoded, and the tensor directory left unread.
 """
 
 from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType
+
+if TYPE_CHECKING:
+    from gguf import GGMLQuantizationType
+
+GGUF_MAGIC = b"GGUF"
+_DEFAULT_ALIGNMENT = 32
+
+# Metadata value type codes (gguf.GGUFValueType), spelled out so that reading
+# metadata alone does not import the `gguf` package, which takes a tenth of a second.
+_UINT8, _INT8, _UINT16, _INT16, _UINT32, _INT32, _FLOAT32, _BOOL, _STRING, _ARRAY, _UINT64, _INT64, _FLOAT64 = range(13)
+_SCALARS = {
+    kind: struct.Struct(fmt)
+    for kind, fmt in {
+        _UINT8: "<B", _INT8: "<b", _UINT16: "<H", _INT16: "<h", _UINT32: "<I", _INT32: "<i",
+        _UINT64: "<Q", _INT64: "<q", _FLOAT32: "<f", _FLOAT64: "<d", _BOOL: "<?",
+    }.items()
+}
+_ARRAY_DTYPES = {kind: np.dtype(s.format) for kind, s in _SCALARS.items()}
+_U32, _U64 = _SCALARS[_UINT32], _SCALARS[_UINT64]
 
 
 class GGUFError(ValueError):
     """The GGUF file is malformed, or uses an architecture or quant type inferd cannot load."""
-
-
-_SCALARS = {
-    GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b",
-    GGUFValueType.UINT16: "<H", GGUFValueType.INT16: "<h",
-    GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
-    GGUFValueType.UINT64: "<Q", GGUFValueType.INT64: "<q",
-    GGUFValueType.FLOAT32: "<f", GGUFValueType.FLOAT64: "<d",
-    GGUFValueType.BOOL: "<?",
-}
-_ARRAY_DTYPES = {kind: np.dtype(fmt) for kind, fmt in _SCALARS.items()}
 
 
 @dataclass(frozen=True)
@@ -45,11 +55,15 @@ class GGUFFile:
     """Metadata (`metadata`, key -> Python value) and tensor directory (`tensors`,
     name -> TensorInfo, in file order) of one GGUF file.
 
-    Float32 scalars read back as the shortest decimal that rounds to them (1e-06,
-    not 9.99999997e-07): the value the converter was given.
+    Keys named in `skip` are stepped over without being decoded and left out of
+    `metadata`. With `tensors=False` the tensor directory is not read: `tensors`
+    stays empty and the file is closed once the metadata is in.
+
+    Arrays read back as lists. Float32 scalars read back as the shortest decimal
+    that rounds to them (1e-06, not 9.99999997e-07): the value the converter was given.
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, skip: Collection[str] = (), tensors: bool = True):
         self.path = Path(path)
         try:
             with open(self.path, "rb") as f:
@@ -60,7 +74,11 @@ class GGUFFile:
         self._pos = 0
         self.metadata: dict[str, Any] = {}
         self.tensors: dict[str, TensorInfo] = {}
-        self._parse()
+        try:
+            self._parse(frozenset(skip), tensors)
+        finally:
+            if not tensors:  # metadata values are copies, so nothing needs the map any more
+                self._map.close()
 
     def raw(self, info: TensorInfo) -> np.ndarray:
         """The tensor's bytes as uint8, shaped (*shape[:-1], bytes per row)."""
@@ -70,77 +88,126 @@ class GGUFFile:
 
     # -- header parsing -------------------------------------------------------
 
-    def _parse(self) -> None:
-        if len(self._map) < 24 or self._read("<I") != GGUF_MAGIC:
+    def _parse(self, skip: frozenset[str], with_tensors: bool) -> None:
+        if len(self._map) < 24 or self._map[:4] != GGUF_MAGIC:
             raise GGUFError(f"{self.path} is not a GGUF file (missing 'GGUF' magic)")
-        version = self._read("<I")
+        self._pos = 4
+        version = self._read(_U32)
         if version not in (2, 3):
             swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
             if swapped in (2, 3):
                 raise GGUFError(f"{self.path} is a big-endian GGUF file; convert it little-endian to load it")
             raise GGUFError(f"{self.path} is GGUF version {version}; only versions 2 and 3 are supported")
-        n_tensors, n_kv = self._read("<Q"), self._read("<Q")
+        n_tensors, n_kv = self._read(_U64), self._read(_U64)
         try:
             for _ in range(n_kv):
                 key = self._read_str()
-                self.metadata[key] = self._read_value(GGUFValueType(self._read("<I")))
-            directory = [self._read_tensor_entry() for _ in range(n_tensors)]
-        except (struct.error, UnicodeDecodeError) as e:
-            raise GGUFError(f"{self.path} has a truncated or corrupt header: {e}") from e
+                kind = self._read(_U32)
+                if key in skip:
+                    self._read_value(kind, keep=False)
+                else:
+                    self.metadata[key] = self._read_value(kind)
+            if with_tensors:
+                self._read_tensor_directory(n_tensors)
+        except struct.error:
+            raise GGUFError(
+                f"{self.path}: the header runs past the end of the file; the file is truncated, download it again"
+            ) from None
+        except UnicodeDecodeError as e:
+            raise GGUFError(f"{self.path}: a header string is not valid UTF-8: {e}") from e
+        except GGUFError:
+            raise
         except ValueError as e:  # an unknown value-type or quant-type code
             raise GGUFError(f"{self.path} has an unknown type code in its header: {e}") from e
-        alignment = int(self.metadata.get("general.alignment", GGUF_DEFAULT_ALIGNMENT))
+
+    def _read_tensor_directory(self, n_tensors: int) -> None:
+        # Imported here: reading metadata alone does without the `gguf` package.
+        from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+        directory = []
+        for _ in range(n_tensors):
+            name = self._read_str()
+            n_dims = self._read(_U32)
+            dims = struct.unpack_from(f"<{n_dims}Q", self._map, self._pos)
+            self._pos += 8 * n_dims
+            qtype = GGMLQuantizationType(self._read(_U32))
+            directory.append((name, tuple(reversed(dims)), qtype, self._read(_U64)))
+        alignment = int(self.metadata.get("general.alignment", _DEFAULT_ALIGNMENT))
         data_start = -(-self._pos // alignment) * alignment
         for name, shape, qtype, rel in directory:
-            info = TensorInfo(name, shape, qtype, data_start + rel, _byte_size(name, shape, qtype))
+            info = TensorInfo(name, shape, qtype, data_start + rel, _byte_size(name, shape, qtype, GGML_QUANT_SIZES))
             if info.offset + info.nbytes > len(self._map):
                 raise GGUFError(f"{self.path} is truncated: tensor {name!r} ends past the end of the file")
             self.tensors[name] = info
 
-    def _read(self, fmt: str) -> Any:
-        (value,) = struct.unpack_from(fmt, self._map, self._pos)
-        self._pos += struct.calcsize(fmt)
+    def _read(self, fmt: struct.Struct) -> Any:
+        (value,) = fmt.unpack_from(self._map, self._pos)
+        self._pos += fmt.size
         return value
 
-    def _read_str(self) -> str:
-        n = self._read("<Q")
-        end = self._pos + n
+    def _take(self, nbytes: int) -> int:
+        """Steps over `nbytes` bytes and returns where they start."""
+        start, end = self._pos, self._pos + nbytes
         if end > len(self._map):
-            raise struct.error("string runs past the end of the file")
-        text = self._map[self._pos:end].decode("utf-8")
+            raise struct.error("data runs past the end of the file")
         self._pos = end
-        return text
+        return start
 
-    def _read_value(self, kind: GGUFValueType) -> Any:
-        if kind == GGUFValueType.STRING:
+    def _read_str(self) -> str:
+        start = self._take(self._read(_U64))
+        return self._map[start:self._pos].decode("utf-8")
+
+    def _read_value(self, kind: int, keep: bool = True) -> Any:
+        """The value of type `kind` at the cursor; with keep=False arrays are stepped over and None returned."""
+        if kind in _SCALARS:
+            value = self._read(_SCALARS[kind])
+            return shortest_float32(value) if kind == _FLOAT32 else value
+        if kind == _STRING:
             return self._read_str()
-        if kind == GGUFValueType.FLOAT32:
-            return shortest_float32(self._read("<f"))
-        if kind != GGUFValueType.ARRAY:
-            return self._read(_SCALARS[kind])
-        item_kind, count = GGUFValueType(self._read("<I")), self._read("<Q")
+        if kind != _ARRAY:
+            raise ValueError(f"unknown metadata value type {kind}")
+        item_kind, count = self._read(_U32), self._read(_U64)
         if item_kind in _ARRAY_DTYPES:  # fixed-size items: one vectorized read
             dtype = _ARRAY_DTYPES[item_kind]
-            values = np.frombuffer(self._map, dtype=dtype, count=count, offset=self._pos)
-            self._pos += dtype.itemsize * count
-            return values.tolist()
-        return [self._read_value(item_kind) for _ in range(count)]
+            start = self._take(dtype.itemsize * count)
+            return np.frombuffer(self._map, dtype=dtype, count=count, offset=start).tolist() if keep else None
+        if item_kind == _STRING:
+            return self._read_strings(count) if keep else self._skip_strings(count)
+        items = [self._read_value(item_kind, keep) for _ in range(count)]
+        return items if keep else None
 
-    def _read_tensor_entry(self) -> tuple[str, tuple[int, ...], GGMLQuantizationType, int]:
-        name = self._read_str()
-        n_dims = self._read("<I")
-        dims = struct.unpack_from(f"<{n_dims}Q", self._map, self._pos)
-        self._pos += 8 * n_dims
-        qtype = GGMLQuantizationType(self._read("<I"))
-        return name, tuple(reversed(dims)), qtype, self._read("<Q")
+    # The two loops below run once per vocabulary entry, hence the local names.
+
+    def _read_strings(self, count: int) -> list[str]:
+        buffer, pos, size, unpack = self._map, self._pos, len(self._map), _U64.unpack_from
+        strings = []
+        append = strings.append
+        for _ in range(count):
+            (length,) = unpack(buffer, pos)
+            pos += 8
+            end = pos + length
+            if end > size:
+                raise struct.error("a string runs past the end of the file")
+            append(buffer[pos:end].decode("utf-8"))
+            pos = end
+        self._pos = pos
+        return strings
+
+    def _skip_strings(self, count: int) -> None:
+        buffer, pos, unpack = self._map, self._pos, _U64.unpack_from
+        for _ in range(count):
+            pos += 8 + unpack(buffer, pos)[0]
+        if pos > len(buffer):
+            raise struct.error("a string runs past the end of the file")
+        self._pos = pos
 
 
 def shortest_float32(value: float) -> float:
     return float(str(np.float32(value)))
 
 
-def _byte_size(name: str, shape: tuple[int, ...], qtype: GGMLQuantizationType) -> int:
-    block_size, type_size = GGML_QUANT_SIZES[qtype]
+def _byte_size(name: str, shape: tuple[int, ...], qtype: GGMLQuantizationType, quant_sizes: dict) -> int:
+    block_size, type_size = quant_sizes[qtype]
     row = shape[-1] if shape else 1
     if row % block_size:
         raise GGUFError(f"tensor {name!r}: row length {row} is not a multiple of the {qtype.name} block size {block_size}")

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from inferd.models.gguf_metadata_reader import read_gguf_metadata
+from inferd.models.gguf_file import GGUFFile
 from inferd.models.gguf_vocab import GGUFVocab, build_tokenizer
 from inferd.models.special_tokens import FimTokens
 from inferd.models.tokenizer import Tokenizer
@@ -33,9 +33,9 @@ _FIM_KEYS = (
 def load_gguf_tokenizer(model_file: Path) -> Tokenizer:
     inner = load_cached_tokenizer(model_file)
     if inner is not None:
-        metadata = read_gguf_metadata(model_file, skip=_VOCABULARY_ARRAYS)
+        metadata = GGUFFile(model_file, skip=_VOCABULARY_ARRAYS, tensors=False).metadata
     else:
-        metadata = read_gguf_metadata(model_file)
+        metadata = GGUFFile(model_file, tensors=False).metadata
         log.info("building the tokenizer of %s from its GGUF vocabulary", model_file)
         inner = build_tokenizer(GGUFVocab.from_metadata(metadata, str(model_file)))
         store_tokenizer(model_file, inner)

@@ -110,7 +110,7 @@ def load_tokenizer(model_path: str | os.PathLike) -> Tokenizer:
 
         return load_hf_tokenizer(path)
     if path.is_file():
-        from inferd.models.gguf_metadata_reader import GGUF_MAGIC
+        from inferd.models.gguf_file import GGUF_MAGIC
         from inferd.models.gguf_tokenizer import load_gguf_tokenizer
 
         with open(path, "rb") as file:

@@ -14,7 +14,7 @@ from tokenizers import AddedToken, Tokenizer as HFTokenizer, decoders, processor
 from tokenizers.models import BPE
 
 from inferd.models import gguf_tokenizer, tokenizer_cache
-from inferd.models.gguf_metadata_reader import GGUFFormatError
+from inferd.models.gguf_file import GGUFError
 from inferd.models.gguf_vocab import UnsupportedVocabularyError
 from inferd.models.special_tokens import FimTokens
 from inferd.models.tokenizer import TokenizerLoadError, load_tokenizer
@@ -315,7 +315,7 @@ def test_unsupported_gguf_vocabulary_names_the_kind(tmp_path):
 
 def test_truncated_gguf_is_a_format_error(spm_file):
     spm_file.write_bytes(spm_file.read_bytes()[:200])
-    with pytest.raises(GGUFFormatError, match="the file is truncated"):
+    with pytest.raises(GGUFError, match="the file is truncated"):
         load_tokenizer(spm_file)
 
 
