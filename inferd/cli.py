@@ -8,7 +8,7 @@ import sys
 
 from inferd import __version__
 from inferd.cli_options import add_options, build
-from inferd.config import EngineConfig
+from inferd.config import EngineConfig, ServeConfig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,12 +25,24 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("--seed", type=int, default=None, help="seed for reproducible sampling")
     add_options(gen, EngineConfig)
 
+    serve = sub.add_parser("serve", help="serve the model over HTTP (OpenAI and llama-server routes)")
+    add_options(serve, ServeConfig)
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "generate":
         from inferd.commands.generate import run_generate
 
         return run_generate(build(EngineConfig, args), args)
+    if args.command == "serve":
+        from inferd.commands.serve import run_serve
+        from inferd.models.loader import ModelNotFoundError
+
+        try:
+            return run_serve(build(ServeConfig, args))
+        except ModelNotFoundError as e:
+            print(f"inferd: {e}", file=sys.stderr)
+            return 2
     return 2
 
 

@@ -58,6 +58,9 @@ LLAMA3_HEADERS = """\
 """
 
 
+BUILTIN_TEMPLATES = {"gemma": GEMMA_TURNS, "chatml": CHATML, "llama3": LLAMA3_HEADERS}
+
+
 def fallback_template_source(token_to_id: Callable[[str], int | None]) -> str:
     """The built-in template matching the turn markers present in a vocabulary."""
     if token_to_id("<start_of_turn>") is not None:

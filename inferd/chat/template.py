@@ -6,7 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2
 
-from inferd.chat.fallback_templates import fallback_template_source
+from pathlib import Path
+
+from inferd.chat.fallback_templates import BUILTIN_TEMPLATES, fallback_template_source
 from inferd.chat.jinja_environment import TemplateError, chat_template_environment
 from inferd.chat.message_content import template_reads_content_parts, with_text_content
 
@@ -60,7 +62,18 @@ class ChatTemplate:
             raise TemplateError(f"the chat template failed to render: {type(error).__name__}: {error}") from error
 
 
-def chat_template_for(tokenizer: Tokenizer) -> ChatTemplate:
-    """The model's own chat template, else the built-in one its vocabulary calls for."""
-    source = tokenizer.chat_template or fallback_template_source(tokenizer.token_to_id)
+def chat_template_for(tokenizer: Tokenizer, override: str | None = None) -> ChatTemplate:
+    """`override` (a built-in name or a Jinja file), else the model's own
+    template, else the built-in one its vocabulary calls for."""
+    if override:
+        if override in BUILTIN_TEMPLATES:
+            source = BUILTIN_TEMPLATES[override]
+        elif Path(override).is_file():
+            source = Path(override).read_text()
+        else:
+            raise TemplateError(
+                f"--chat-template {override!r} is neither a built-in ({', '.join(BUILTIN_TEMPLATES)}) nor a file"
+            )
+    else:
+        source = tokenizer.chat_template or fallback_template_source(tokenizer.token_to_id)
     return ChatTemplate(source, tokenizer.bos_token, tokenizer.eos_token)

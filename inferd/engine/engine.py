@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from inferd.config import EngineConfig
 from inferd.engine.detokenizer import IncrementalDetokenizer
 from inferd.engine.kv_cache import BlockPool
-from inferd.engine.outputs import EngineStats, RequestOutput, Usage
+from inferd.engine.outputs import EngineStats, RequestOutput, RequestTiming, SlotState, Usage
 from inferd.engine.request import Priority, Request, RequestStatus
 from inferd.engine.runner import ModelRunner
 from inferd.engine.sampler import NoValidTokenError, Sampler, SampleRow, TokenLogprobs, make_generator
@@ -177,6 +177,7 @@ class Engine:
         out.finish_reason = req.finish_reason
         out.stop_reason = req.stop_reason
         out.usage = Usage(req.num_prompt_tokens, len(req.output_token_ids), req.num_cached_tokens)
+        out.timing = RequestTiming(req.arrival_time, req.first_token_time, time.monotonic())
         del self.requests[req.request_id]
         del self._detok[req.request_id]
         return out
@@ -203,4 +204,9 @@ class Engine:
             prefix_cache_queries=s.queries, prefix_cache_hits=s.hits,
             prompt_tokens_total=c["prompt"], tokens_computed_total=c["computed"],
             generation_tokens_total=c["generated"], preemptions=self.scheduler.num_preemptions, steps=c["steps"],
+            slots=[
+                SlotState(r.slot, r.request_id, r.num_prompt_tokens, len(r.output_token_ids), r.num_computed_tokens,
+                          r.num_cached_tokens, r.params.max_tokens, r.priority.name.lower())
+                for r in sorted(self.scheduler.running, key=lambda r: r.slot)
+            ],
         )

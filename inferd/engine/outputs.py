@@ -19,6 +19,38 @@ class Usage:
 
 
 @dataclass
+class RequestTiming:
+    """Monotonic timestamps (time.monotonic) of one finished request."""
+
+    arrival: float
+    first_token: float | None
+    finished: float
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_token is None else self.first_token - self.arrival
+
+    def time_per_output_token(self, completion_tokens: int) -> float | None:
+        if self.first_token is None or completion_tokens < 2:
+            return None
+        return (self.finished - self.first_token) / (completion_tokens - 1)
+
+
+@dataclass
+class SlotState:
+    """One running sequence, as /slots shows it."""
+
+    slot: int
+    request_id: str
+    prompt_tokens: int
+    generated_tokens: int
+    computed_tokens: int
+    cached_tokens: int
+    max_tokens: int | None
+    priority: str
+
+
+@dataclass
 class RequestOutput:
     request_id: str
     token_ids: list[int] = field(default_factory=list)  # new since the last delta
@@ -28,6 +60,7 @@ class RequestOutput:
     finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
     stop_reason: int | str | None = None  # the stop token id or stop string
     usage: Usage | None = None
+    timing: RequestTiming | None = None  # set on the final delta
     error: str | None = None
 
     def merge(self, later: "RequestOutput") -> None:
@@ -38,6 +71,7 @@ class RequestOutput:
             self.logprobs = (self.logprobs or []) + later.logprobs
         self.finished, self.finish_reason = later.finished, later.finish_reason
         self.stop_reason, self.usage, self.error = later.stop_reason, later.usage, later.error
+        self.timing = later.timing
 
 
 @dataclass
@@ -55,6 +89,7 @@ class EngineStats:
     generation_tokens_total: int
     preemptions: int
     steps: int
+    slots: list[SlotState] = field(default_factory=list)
 
     @property
     def prefix_cache_hit_rate(self) -> float:

@@ -69,6 +69,7 @@ class Request:
     stop_reason: int | str | None = None  # the stop token id or stop string that ended it
     first_token_time: float | None = None
     num_preemptions: int = 0
+    slot: int | None = None  # which of the --parallel slots it occupies while running
 
     @property
     def all_token_ids(self) -> list[int]:

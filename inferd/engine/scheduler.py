@@ -118,6 +118,7 @@ class Scheduler:
                 break
             self.waiting.pop(0)
             req.status = RequestStatus.RUNNING
+            req.slot = self._free_slot()
             self.running.append(req)
             batch.requests.append(req)
             batch.num_new_tokens.append(num_new)
@@ -149,8 +150,13 @@ class Scheduler:
             req.block_table.extend(self.pool.allocate(needed))
         return True
 
+    def _free_slot(self) -> int:
+        taken = {r.slot for r in self.running}
+        return next(i for i in range(self.config.max_num_seqs) if i not in taken)
+
     def _preempt(self, req: Request) -> None:
         self.running.remove(req)
+        req.slot = None
         self._release(req)
         req.status = RequestStatus.PREEMPTED
         req.num_preemptions += 1
@@ -187,6 +193,7 @@ class Scheduler:
         """End a request wherever it is; its blocks are freed at once."""
         if req in self.running:
             self.running.remove(req)
+            req.slot = None
         elif req in self.waiting:
             self.waiting.remove(req)
         self._release(req)

@@ -1,0 +1,106 @@
+"""POST /v1/completions: prompts as text or token ids, n choices each."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import Request
+
+from inferd.api.generation import collect, fan_in, raise_if_failed, request_priority, submit
+from inferd.api.openai.logprobs import completion_logprobs
+from inferd.api.openai.protocol import (
+    CompletionChoice, CompletionRequest, CompletionResponse, PromptTokensDetails, UsageInfo, new_id,
+)
+from inferd.server.errors import BadRequest
+from inferd.server.state import ServerState
+from inferd.server.streaming import DONE, sse, sse_response
+
+log = logging.getLogger(__name__)
+
+
+async def create_completion(state: ServerState, req: CompletionRequest, raw: Request):
+    engine = state.require_engine()
+    state.check_model(req.model)
+    if req.ignored_fields():
+        log.info("completion request: ignored fields %s", req.ignored_fields())
+    if req.echo and req.logprobs is not None:
+        raise BadRequest("echo together with logprobs is not supported (prompt logprobs are not computed)", param="echo")
+    if req.suffix:
+        raise BadRequest("suffix is not supported; use /infill for fill-in-the-middle", param="suffix")
+    tokenizer = engine.tokenizer
+    prompts = req.prompts()
+    prompt_ids = [tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
+    prompt_texts = [p if isinstance(p, str) else tokenizer.decode(p, skip_special_tokens=False) for p in prompts]
+    max_tokens = req.max_tokens or state.config.default_max_tokens or 16
+    ids, params = [], []
+    for ids_one in prompt_ids:
+        for j in range(req.n):
+            ids.append(ids_one)
+            params.append(req.sampling_params(max_tokens, req.logprobs, seed_offset=j))
+    request_id = new_id("cmpl")
+    streams = submit(engine, request_id, ids, params, request_priority(raw), req.cache_prompt)
+    echo = [prompt_texts[k // req.n] if req.echo else "" for k in range(len(ids))]
+    if req.stream:
+        return sse_response(_stream(state, req, request_id, streams, echo))
+    choices = await collect(streams)
+    finals = [c.final for c in choices]
+    return CompletionResponse(
+        id=request_id,
+        model=req.model or state.model_name,
+        choices=[
+            CompletionChoice(
+                index=c.index,
+                text=echo[c.index] + c.text,
+                logprobs=completion_logprobs(tokenizer, c.logprobs, len(echo[c.index])) if req.logprobs is not None else None,
+                finish_reason=c.final.finish_reason,
+                stop_reason=c.final.stop_reason,
+            )
+            for c in choices
+        ],
+        usage=_usage(finals, req.n),
+    )
+
+
+def _usage(finals, n: int) -> UsageInfo:
+    # Each distinct prompt counts once, whatever n is.
+    prompt = sum(f.usage.prompt_tokens for f in finals[::n])
+    cached = sum(f.usage.cached_tokens for f in finals[::n])
+    completion = sum(f.usage.completion_tokens for f in finals)
+    return UsageInfo(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
+                     prompt_tokens_details=PromptTokensDetails(cached_tokens=cached))
+
+
+async def _stream(state: ServerState, req: CompletionRequest, request_id: str, streams, echo) -> AsyncIterator[str]:
+    tokenizer = state.engine.tokenizer
+    created = int(time.time())
+    model = req.model or state.model_name
+    offsets = [len(e) for e in echo]
+    finals = [None] * len(streams)
+
+    def chunk(choices, usage=None) -> str:
+        body = CompletionResponse(id=request_id, created=created, model=model, choices=choices, usage=usage)
+        return sse(body.model_dump(exclude_none=True))
+
+    for i, text in enumerate(echo):
+        if text:
+            yield chunk([CompletionChoice(index=i, text=text)])
+    try:
+        async for i, out in fan_in(streams):
+            raise_if_failed(out)
+            logprobs = None
+            if req.logprobs is not None and out.logprobs:
+                logprobs = completion_logprobs(tokenizer, out.logprobs, offsets[i])
+            offsets[i] += len(out.text)
+            if out.finished:
+                finals[i] = out
+            if out.text or logprobs or out.finished:
+                yield chunk([CompletionChoice(index=i, text=out.text, logprobs=logprobs,
+                                              finish_reason=out.finish_reason if out.finished else None)])
+    finally:
+        for s in streams:
+            s.close()
+    if req.stream_options and req.stream_options.include_usage:
+        yield chunk([], usage=_usage(finals, req.n))
+    yield DONE

@@ -1,0 +1,58 @@
+"""ASGI middleware: JSON bodies only (415), and no body past --max-body-size (413),
+checked before any route parses a byte."""
+
+from __future__ import annotations
+
+import json
+
+from inferd.server.errors import error_body
+
+_BODY_METHODS = {b"POST", b"PUT", b"PATCH"}
+
+
+class BodyLimits:
+    def __init__(self, app, max_body_size: int):
+        self.app = app
+        self.max_body_size = max_body_size
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"].encode() not in _BODY_METHODS:
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length")
+        has_body = (length is not None and length != b"0") or b"transfer-encoding" in headers
+        if has_body:
+            media = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+            if media != b"application/json" and not media.endswith(b"+json"):
+                return await _reject(send, 415, "send the body as JSON with Content-Type: application/json")
+        if length is not None and length.isdigit() and int(length) > self.max_body_size:
+            return await _reject(send, 413, self._too_large())
+        received = 0
+
+        async def limited_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_size:
+                    raise _TooLarge()
+            return message
+
+        try:
+            await self.app(scope, limited_receive, send)
+        except _TooLarge:
+            await _reject(send, 413, self._too_large())
+
+    def _too_large(self) -> str:
+        return f"request body exceeds {self.max_body_size} bytes (--max-body-size)"
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _reject(send, status: int, message: str) -> None:
+    body = json.dumps(error_body(message, "invalid_request_error")).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
