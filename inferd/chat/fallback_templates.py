@@ -1,4 +1,9 @@
-"""Chat templates for models that ship none, chosen by the turn markers their vocabulary has.
+"""Built-in chat templates: for models that ship none, and by name (--chat-template).
+
+A model that ships no template is almost always a base model: its turn
+markers were never trained, so it answers a plain "User: / Assistant:"
+transcript far better than its family's turn format. That transcript is the
+default; the turn formats stay available by name.
 
 Messages reach these templates with string content (text parts already
 joined). Tool definitions are not rendered: each format below has no
@@ -6,8 +11,6 @@ standard place for them.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 # Gemma: turns are `<start_of_turn>{user|model}` ... `<end_of_turn>`; there is no
 # system role, so the system text opens the first turn.
@@ -58,15 +61,22 @@ LLAMA3_HEADERS = """\
 """
 
 
-BUILTIN_TEMPLATES = {"gemma": GEMMA_TURNS, "chatml": CHATML, "llama3": LLAMA3_HEADERS}
+# A plain transcript; the engine stops at the next "User:" line.
+TRANSCRIPT = """\
+{{- bos_token -}}
+{%- set speakers = {'user': 'User', 'assistant': 'Assistant', 'tool': 'Tool'} -%}
+{%- for message in messages -%}
+{%- if message.role in ('system', 'developer') -%}
+{{- (message.content or '') | trim + '\n\n' -}}
+{%- else -%}
+{{- speakers[message.role] + ': ' + (message.content or '') | trim + '\n' -}}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+{{- 'Assistant:' -}}
+{%- endif -%}
+"""
+TRANSCRIPT_STOP = ("\nUser:",)
 
-
-def fallback_template_source(token_to_id: Callable[[str], int | None]) -> str:
-    """The built-in template matching the turn markers present in a vocabulary."""
-    if token_to_id("<start_of_turn>") is not None:
-        return GEMMA_TURNS
-    if token_to_id("<|im_start|>") is not None:
-        return CHATML
-    if token_to_id("<|start_header_id|>") is not None:
-        return LLAMA3_HEADERS
-    return CHATML
+BUILTIN_TEMPLATES = {"transcript": TRANSCRIPT, "gemma": GEMMA_TURNS, "chatml": CHATML, "llama3": LLAMA3_HEADERS}
+BUILTIN_STOPS = {"transcript": TRANSCRIPT_STOP}

@@ -8,7 +8,7 @@ import jinja2
 
 from pathlib import Path
 
-from inferd.chat.fallback_templates import BUILTIN_TEMPLATES, fallback_template_source
+from inferd.chat.fallback_templates import BUILTIN_STOPS, BUILTIN_TEMPLATES
 from inferd.chat.jinja_environment import TemplateError, chat_template_environment
 from inferd.chat.message_content import template_reads_content_parts, with_text_content
 
@@ -21,8 +21,9 @@ __all__ = ["ChatTemplate", "TemplateError", "chat_template_for"]
 class ChatTemplate:
     """A Jinja chat template, compiled once, rendered per request."""
 
-    def __init__(self, source: str, bos_token: str | None, eos_token: str | None):
+    def __init__(self, source: str, bos_token: str | None, eos_token: str | None, stop: tuple[str, ...] = ()):
         self.source = source
+        self.stop = stop  # strings that end an assistant turn in this format (beyond EOS tokens)
         self.bos_token = bos_token
         self.eos_token = eos_token
         self._reads_content_parts = template_reads_content_parts(source)
@@ -64,7 +65,8 @@ class ChatTemplate:
 
 def chat_template_for(tokenizer: Tokenizer, override: str | None = None) -> ChatTemplate:
     """`override` (a built-in name or a Jinja file), else the model's own
-    template, else the built-in one its vocabulary calls for."""
+    template, else the plain transcript (see fallback_templates)."""
+    name = override
     if override:
         if override in BUILTIN_TEMPLATES:
             source = BUILTIN_TEMPLATES[override]
@@ -74,6 +76,8 @@ def chat_template_for(tokenizer: Tokenizer, override: str | None = None) -> Chat
             raise TemplateError(
                 f"--chat-template {override!r} is neither a built-in ({', '.join(BUILTIN_TEMPLATES)}) nor a file"
             )
+    elif tokenizer.chat_template:
+        source = tokenizer.chat_template
     else:
-        source = tokenizer.chat_template or fallback_template_source(tokenizer.token_to_id)
-    return ChatTemplate(source, tokenizer.bos_token, tokenizer.eos_token)
+        name, source = "transcript", BUILTIN_TEMPLATES["transcript"]
+    return ChatTemplate(source, tokenizer.bos_token, tokenizer.eos_token, stop=BUILTIN_STOPS.get(name, ()))

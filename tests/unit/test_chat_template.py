@@ -36,7 +36,7 @@ def tokenizer_with(markers: list[str], *, bos: str | None = None, eos: str | Non
 
 
 def test_gemma_fallback_folds_system_into_first_user_turn():
-    template = chat_template_for(tokenizer_with(["<start_of_turn>", "<end_of_turn>"], bos="<bos>", eos="<eos>"))
+    template = chat_template_for(tokenizer_with(["<start_of_turn>", "<end_of_turn>"], bos="<bos>", eos="<eos>"), "gemma")
     assert template.render(CONVERSATION, add_generation_prompt=True) == (
         "<bos><start_of_turn>user\nYou are terse.\n\nHi<end_of_turn>\n"
         "<start_of_turn>model\nHello.<end_of_turn>\n"
@@ -46,7 +46,7 @@ def test_gemma_fallback_folds_system_into_first_user_turn():
 
 
 def test_gemma_fallback_without_system_or_generation_prompt():
-    template = chat_template_for(tokenizer_with(["<start_of_turn>"], bos="<bos>"))
+    template = chat_template_for(tokenizer_with(["<start_of_turn>"], bos="<bos>"), "gemma")
     messages = [{"role": "user", "content": "  padded  "}, {"role": "assistant", "content": "ok"}]
     assert template.render(messages, add_generation_prompt=False) == (
         "<bos><start_of_turn>user\npadded<end_of_turn>\n<start_of_turn>model\nok<end_of_turn>\n"
@@ -57,7 +57,7 @@ def test_gemma_fallback_without_system_or_generation_prompt():
 
 
 def test_chatml_fallback():
-    template = chat_template_for(tokenizer_with(["<|im_start|>", "<|im_end|>"], eos="<|endoftext|>"))
+    template = chat_template_for(tokenizer_with(["<|im_start|>", "<|im_end|>"], eos="<|endoftext|>"), "chatml")
     assert template.render(CONVERSATION) == (
         "<|im_start|>system\nYou are terse.<|im_end|>\n"
         "<|im_start|>user\nHi<|im_end|>\n"
@@ -69,7 +69,7 @@ def test_chatml_fallback():
 
 def test_llama3_fallback():
     markers = ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
-    template = chat_template_for(tokenizer_with(markers, bos="<|begin_of_text|>"))
+    template = chat_template_for(tokenizer_with(markers, bos="<|begin_of_text|>"), "llama3")
     assert template.render(CONVERSATION[:2]) == (
         "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
         "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
@@ -77,11 +77,10 @@ def test_llama3_fallback():
     )
 
 
-def test_vocabulary_without_turn_markers_gets_chatml_as_plain_text():
+def test_transcript_trims_and_names_tool_turns():
     template = chat_template_for(tokenizer_with([], bos="<s>", eos="</s>"))
-    assert template.render([{"role": "user", "content": "Hi"}]) == (
-        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
-    )
+    messages = [{"role": "user", "content": " Hi "}, {"role": "tool", "content": "42"}]
+    assert template.render(messages, add_generation_prompt=False) == "<s>User: Hi\nTool: 42\n"
 
 
 def test_gemma_fallback_on_the_bundled_model_encodes_without_a_second_bos():
@@ -90,7 +89,7 @@ def test_gemma_fallback_on_the_bundled_model_encodes_without_a_second_bos():
     from inferd.models.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(assemble())
-    prompt = chat_template_for(tokenizer).render([{"role": "user", "content": "hi"}])
+    prompt = chat_template_for(tokenizer, "gemma").render([{"role": "user", "content": "hi"}])
     assert prompt == "<bos><start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n"
     assert tokenizer.encode(prompt) == [2, 105, 2364, 107, 2202, 106, 107, 105, 4368, 107]
 
@@ -167,9 +166,9 @@ def test_add_generation_prompt_reaches_the_template():
 
 def test_list_of_parts_content_is_joined_for_string_templates():
     messages = [{"role": "user", "content": [{"type": "text", "text": "Count"}, {"type": "text", "text": "to 3"}]}]
-    chatml = chat_template_for(tokenizer_with(["<|im_start|>"]))
+    chatml = chat_template_for(tokenizer_with(["<|im_start|>"]), "chatml")
     assert chatml.render(messages) == "<|im_start|>user\nCount\nto 3<|im_end|>\n<|im_start|>assistant\n"
-    gemma = chat_template_for(tokenizer_with(["<start_of_turn>"]))
+    gemma = chat_template_for(tokenizer_with(["<start_of_turn>"]), "gemma")
     assert gemma.render(messages) == "<start_of_turn>user\nCount\nto 3<end_of_turn>\n<start_of_turn>model\n"
     assert isinstance(messages[0]["content"], list)  # the caller's messages are left as they were
 
@@ -187,7 +186,7 @@ def test_templates_that_loop_over_parts_get_the_list():
 
 
 def test_non_text_parts_are_refused_for_string_templates():
-    template = chat_template_for(tokenizer_with(["<|im_start|>"]))
+    template = chat_template_for(tokenizer_with(["<|im_start|>"]), "chatml")
     messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
     with pytest.raises(TemplateError, match="'image_url' cannot be rendered as text"):
         template.render(messages)
@@ -226,3 +225,16 @@ def test_sandbox_blocks_unsafe_attributes():
     template = ChatTemplate("{{ messages.__class__.__mro__ }}", None, None)
     with pytest.raises(TemplateError, match="SecurityError"):
         template.render([])
+
+
+def test_a_model_without_a_template_gets_the_transcript_with_its_stop():
+    template = chat_template_for(tokenizer_with(["<start_of_turn>"], bos="<bos>"))
+    assert template.render(CONVERSATION) == (
+        "<bos>You are terse.\n\nUser: Hi\nAssistant: Hello.\nUser: Count to 3\nAssistant:"
+    )
+    assert template.stop == ("\nUser:",)
+
+
+def test_unknown_template_name_is_refused():
+    with pytest.raises(TemplateError, match="neither a built-in"):
+        chat_template_for(tokenizer_with([]), "nosuch")

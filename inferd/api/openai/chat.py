@@ -29,7 +29,10 @@ def render_chat_prompt(state: ServerState, req: ChatCompletionRequest) -> str:
     for m in req.messages:
         if isinstance(m.content, list) and any(p.type != "text" for p in m.content):
             raise BadRequest("this model takes text only; remove the image parts from messages", param="messages")
-        messages.append(m.model_dump(exclude_none=True))
+        message = m.model_dump(exclude_none=True)
+        if message["role"] == "developer":  # OpenAI's newer name for system instructions
+            message["role"] = "system"
+        messages.append(message)
     try:
         return state.template.render(
             messages, tools=req.tools, add_generation_prompt=req.add_generation_prompt and not req.continue_final_message,
@@ -49,6 +52,8 @@ async def create_chat_completion(state: ServerState, req: ChatCompletionRequest,
     max_tokens = req.requested_max_tokens() or state.config.default_max_tokens
     top = req.top_logprobs or 0
     params = [req.sampling_params(max_tokens, top if req.logprobs else None, seed_offset=i) for i in range(req.n)]
+    for p in params:  # the template's own turn end, e.g. the transcript's next "User:"
+        p.stop += [s for s in state.template.stop if s not in p.stop]
     request_id = new_id("chatcmpl")
     streams = submit(engine, request_id, [prompt_ids] * req.n, params, request_priority(raw), req.cache_prompt)
     if req.stream:

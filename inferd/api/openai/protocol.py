@@ -16,6 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from inferd.engine.sampling_params import SamplingParams
 
 
+# Sampling when a request leaves a field unset: llama-server's and Ollama's
+# defaults, which keep small models coherent (OpenAI's temperature 1 does not).
+DEFAULT_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
+
+
 class OpenAIModel(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -118,6 +123,8 @@ class SamplingFields(OpenAIModel):
         )
         for name in ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"):
             value = getattr(self, name)
+            if value is None:
+                value = DEFAULT_SAMPLING.get(name)
             if value is not None:
                 setattr(p, name, value)
         return p
