@@ -25,3 +25,11 @@ def iter_safetensors(folder: Path) -> Iterator[tuple[str, torch.Tensor]]:
         with safe_open(file, framework="pt") as f:
             for name in f.keys():
                 yield name, f.get_tensor(name)
+
+
+def count_safetensors(folder: Path) -> int:
+    total = 0
+    for file in sorted(folder.glob("*.safetensors")):
+        with safe_open(file, framework="pt") as f:
+            total += len(f.keys())
+    return total

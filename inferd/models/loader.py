@@ -12,6 +12,7 @@ from inferd.arch import build_model
 from inferd.arch.base import CausalLM
 from inferd.models.config import ModelConfig
 from inferd.models.default import DEFAULT_MODEL_NAME, default_model_path
+from inferd.models.progress import with_progress
 from inferd.models.tokenizer import Tokenizer, load_tokenizer
 
 
@@ -70,16 +71,19 @@ def load_model(model: str | None = None, dtype: str = "auto", device: str = "aut
     torch_dtype, torch_device = resolve_dtype(dtype), resolve_device(device)
     if path.is_file():
         from inferd.models.gguf import iter_gguf_tensors, read_gguf_config
+        from inferd.models.gguf_file import GGUFFile
 
         config = ModelConfig.from_hf(read_gguf_config(path))
         weights = iter_gguf_tensors(path, dtype=torch_dtype)
+        total = len(GGUFFile(path).tensors)
     else:
-        from inferd.models.hf import iter_safetensors, read_hf_config
+        from inferd.models.hf import count_safetensors, iter_safetensors, read_hf_config
 
         config = ModelConfig.from_hf(read_hf_config(path))
         weights = iter_safetensors(path)
+        total = count_safetensors(path)
     net = build_model(config)
-    net.load_weights(weights, torch_dtype, torch_device)
+    net.load_weights(with_progress(weights, total, f"loading {name}"), torch_dtype, torch_device)
     net.eval()
     tokenizer = load_tokenizer(path)
     return LoadedModel(name, str(path), config, net, tokenizer, torch_dtype, torch_device, time.monotonic() - started)
