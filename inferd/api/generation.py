@@ -15,6 +15,7 @@ from inferd.engine.request import Priority
 from inferd.engine.sampler import TokenLogprobs
 from inferd.engine.sampling_params import SamplingParams
 from inferd.server.errors import APIError, BadRequest
+from inferd.server.metrics import observe_output
 
 PRIORITIES = {"high": Priority.HIGH, "normal": Priority.NORMAL, "low": Priority.LOW}
 
@@ -24,6 +25,14 @@ def request_priority(raw: Request) -> Priority:
     if value not in PRIORITIES:
         raise BadRequest(f"X-Priority must be high, normal or low, got {value!r}", param="X-Priority")
     return PRIORITIES[value]
+
+
+def check_token_ids(engine: AsyncEngine, ids: Sequence[int], param: str = "prompt") -> list[int]:
+    vocab = engine.engine.loaded.config.vocab_size
+    bad = next((t for t in ids if not 0 <= t < vocab), None)
+    if bad is not None:
+        raise BadRequest(f"token id {bad} is outside the vocabulary [0, {vocab})", param=param)
+    return list(ids)
 
 
 @dataclass
@@ -79,6 +88,8 @@ async def collect(streams: list[RequestStream]) -> list[Choice]:
 
 def raise_if_failed(out: RequestOutput | None) -> None:
     if out is not None and out.finish_reason == "error":
+        if out.error_is_client:
+            raise BadRequest(out.error)
         raise APIError(out.error or "generation failed")
 
 
@@ -86,6 +97,7 @@ async def fan_in(streams: list[RequestStream]) -> AsyncIterator[tuple[int, Reque
     """Deltas of several streams as they arrive, tagged by stream index."""
     if len(streams) == 1:
         async for out in streams[0]:
+            observe_output(out)
             yield 0, out
         return
     queue: asyncio.Queue = asyncio.Queue()
@@ -99,6 +111,7 @@ async def fan_in(streams: list[RequestStream]) -> AsyncIterator[tuple[int, Reque
     try:
         while remaining:
             i, out = await queue.get()
+            observe_output(out)
             if out.finished:
                 remaining -= 1
             yield i, out

@@ -23,6 +23,7 @@ from inferd.engine.async_engine import AsyncEngine
 from inferd.engine.engine import Engine
 from inferd.models.loader import load_model, resolve_model_path
 from inferd.server.app import build_app
+from inferd.server.metrics import server_metrics
 from inferd.server.state import ServerState
 
 log = logging.getLogger("inferd.serve")
@@ -72,6 +73,8 @@ def load_engine(state: ServerState) -> None:
 def run_serve(config: ServeConfig) -> int:
     name, _ = resolve_model_path(config.model)  # fails fast on a bad path
     state = ServerState(config=config, model_name=name, api_keys=read_api_keys(config))
+    if config.metrics:
+        state.metrics = server_metrics(state)
     if not state.api_keys and not is_loopback(config.host):
         log.warning("listening on %s without an API key: anyone who can reach it can use it (set --api-key)", config.host)
     app = build_app(state)
@@ -117,3 +120,6 @@ class _Server(uvicorn.Server):
     def handle_exit(self, sig, frame) -> None:
         self.state.draining = True
         super().handle_exit(sig, frame)
+        # uvicorn re-raises captured signals after a graceful stop, which would
+        # make a clean drain exit -15; the drain is the whole answer to SIGTERM.
+        self._captured_signals.clear()

@@ -135,6 +135,7 @@ class Engine:
             for i in sorted(failed):
                 out = self.abort(requests[i].request_id, RequestStatus.FINISHED_ERROR)
                 out.error = "no token can be sampled: every logit is -inf or not finite (check logit_bias)"
+                out.error_is_client = True
                 outputs.append(out)
             keep = [i for i in range(len(requests)) if i not in failed]
             if keep:

@@ -62,6 +62,7 @@ class RequestOutput:
     usage: Usage | None = None
     timing: RequestTiming | None = None  # set on the final delta
     error: str | None = None
+    error_is_client: bool = False  # the request's own parameters caused the error
 
     def merge(self, later: "RequestOutput") -> None:
         """Fold a later delta into this one (a slow reader gets fewer, larger deltas)."""
@@ -71,7 +72,7 @@ class RequestOutput:
             self.logprobs = (self.logprobs or []) + later.logprobs
         self.finished, self.finish_reason = later.finished, later.finish_reason
         self.stop_reason, self.usage, self.error = later.stop_reason, later.usage, later.error
-        self.timing = later.timing
+        self.timing, self.error_is_client = later.timing, later.error_is_client
 
 
 @dataclass

@@ -20,6 +20,9 @@ class SamplingParamsError(ValueError):
         self.field = field_name
 
 
+GREEDY_BELOW = 1e-5
+
+
 @dataclass
 class SamplingParams:
     max_tokens: int | None = 16  # None = until the context is full
@@ -42,7 +45,8 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        # Below this, temperature scaling leaves float32's range; it means "argmax" anyway.
+        return self.temperature < GREEDY_BELOW
 
     def validate(self, vocab_size: int) -> None:
         """Raise SamplingParamsError for the first parameter outside its allowed range."""

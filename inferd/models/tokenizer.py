@@ -13,6 +13,10 @@ from inferd.models.special_tokens import END_OF_TURN_TOKENS, FIM_SPELLINGS, FimT
 __all__ = ["FimTokens", "Tokenizer", "TokenizerLoadError", "load_tokenizer"]
 
 
+class InvalidTextError(ValueError):
+    """Input that cannot be tokenized as text."""
+
+
 class TokenizerLoadError(ValueError):
     """The model path does not hold a tokenizer inferd can read."""
 
@@ -78,7 +82,13 @@ class Tokenizer:
         return None
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        ids = self.inner.encode(text, add_special_tokens=False).ids
+        try:
+            ids = self.inner.encode(text, add_special_tokens=False).ids
+        except TypeError:
+            # JSON can carry lone UTF-16 surrogates ("\ud800"), which are not text.
+            if any("\ud800" <= ch <= "\udfff" for ch in text):
+                raise InvalidTextError("the text contains an unpaired UTF-16 surrogate; send valid Unicode") from None
+            raise
         if add_special_tokens and self.add_bos and (not ids or ids[0] != self.bos_token_id):
             ids.insert(0, self.bos_token_id)
         return ids

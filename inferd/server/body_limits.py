@@ -27,28 +27,34 @@ class BodyLimits:
                 return await _reject(send, 415, "send the body as JSON with Content-Type: application/json")
         if length is not None and length.isdigit() and int(length) > self.max_body_size:
             return await _reject(send, 413, self._too_large())
-        received = 0
-
-        async def limited_receive():
-            nonlocal received
+        if length is not None:
+            return await self.app(scope, receive, send)  # the server enforces the declared length
+        # A chunked body has no declared size: read it here, up to the limit, then replay it.
+        chunks, size = [], 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_body_size:
-                    raise _TooLarge()
-            return message
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_body_size:
+                return await _reject(send, 413, self._too_large())
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
 
-        try:
-            await self.app(scope, limited_receive, send)
-        except _TooLarge:
-            await _reject(send, 413, self._too_large())
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
 
     def _too_large(self) -> str:
         return f"request body exceeds {self.max_body_size} bytes (--max-body-size)"
-
-
-class _TooLarge(Exception):
-    pass
 
 
 async def _reject(send, status: int, message: str) -> None:

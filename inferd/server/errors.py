@@ -22,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from inferd.engine.async_engine import EngineDeadError
 from inferd.engine.scheduler import QueueFullError
 
 log = logging.getLogger(__name__)
@@ -79,10 +80,15 @@ def to_api_error(exc: Exception) -> APIError:
         return exc
     if isinstance(exc, QueueFullError):
         return ServiceUnavailable(str(exc), code="queue_full", headers={"Retry-After": "1"})
+    if isinstance(exc, EngineDeadError):
+        return ServiceUnavailable(str(exc), code="shutting_down")
     if isinstance(exc, ValueError):
         return BadRequest(str(exc), param=getattr(exc, "field", None))
     log.exception("unexpected error", exc_info=exc)
     return APIError("internal server error; see the server log")
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -90,12 +96,22 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     if not errors:
         return "invalid request", None
     first = errors[0]
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    loc = []
+    for part in first.get("loc", ()):
+        if part == "body":
+            continue
+        if isinstance(part, str) and (part in _TYPE_TAGS or "[" in part or part[:1].isupper()):
+            break  # a union branch's name, not a field: stop at the field it belongs to
+        loc.append(str(part))
     if first.get("type") == "json_invalid":
         return f"request body is not valid JSON: {first.get('ctx', {}).get('error', first.get('msg'))}", None
     where = ".".join(loc) or "body"
     more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
     return f"{where}: {first.get('msg')}{more}", where
+
+
+async def _expected_error(_: Request, exc: Exception):
+    return error_response(to_api_error(exc))
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -112,6 +128,11 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http(_: Request, exc: StarletteHTTPException):
         type_ = {404: "not_found_error", 405: "invalid_request_error"}.get(exc.status_code, "invalid_request_error")
         return JSONResponse(error_body(str(exc.detail), type_), status_code=exc.status_code)
+
+    # Expected failures get their own handlers: the catch-all below is
+    # Starlette's last resort, which logs a traceback and drops the connection.
+    for expected in (ValueError, QueueFullError, EngineDeadError):
+        app.add_exception_handler(expected, _expected_error)
 
     @app.exception_handler(json.JSONDecodeError)
     async def _json(_: Request, exc: json.JSONDecodeError):

@@ -43,6 +43,8 @@ async def with_keepalive(events: AsyncIterator[str], interval: float = KEEPALIVE
     finally:
         if not pending.done():
             pending.cancel()
+        # Let the cancelled step unwind before closing the generator it runs in.
+        await asyncio.gather(pending, return_exceptions=True)
         await iterator.aclose()
 
 

@@ -96,7 +96,13 @@ def test_tiny_temperature_draws_only_among_tied_maxima():
 def test_tiny_temperature_on_huge_logits_stays_finite_and_takes_argmax():
     logits = torch.linspace(-3e4, 3e4, 64).flip(0)
     logits[40] = 3.5e4
-    assert drawn_support(logits, draws=50, temperature=1e-6) == {40}
+    assert drawn_support(logits, draws=50, temperature=1e-5) == {40}
+
+
+def test_temperature_below_float32_range_is_greedy():
+    logits = torch.zeros(10)
+    logits[[3, 7]] = 5.0
+    assert drawn_support(logits, draws=20, temperature=1e-300) == {3}
 
 
 def test_top_k_one_matches_greedy():

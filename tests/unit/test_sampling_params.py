@@ -97,6 +97,6 @@ def test_invalid_values_name_the_field_value_and_range(fields, field, message):
     assert isinstance(caught.value, ValueError)
 
 
-@pytest.mark.parametrize(("temperature", "greedy"), [(0.0, True), (0, True), (1e-6, False), (1.0, False)])
+@pytest.mark.parametrize(("temperature", "greedy"), [(0.0, True), (0, True), (1e-6, True), (1e-300, True), (1e-4, False), (1.0, False)])
 def test_greedy_means_zero_temperature(temperature, greedy):
     assert SamplingParams(temperature=temperature).greedy is greedy

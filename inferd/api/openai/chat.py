@@ -91,9 +91,17 @@ async def _stream(state: ServerState, req: ChatCompletionRequest, request_id: st
     created = int(time.time())
     model = req.model or state.model_name
 
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
     def chunk(choices, usage=None) -> str:
-        c = ChatCompletionChunk(id=request_id, created=created, model=model, choices=choices, usage=usage)
-        return sse(c.model_dump(exclude_none=True))
+        # OpenAI's shape: finish_reason and logprobs present (null until set),
+        # the delta carries only what changed, usage appears only when asked for.
+        body = ChatCompletionChunk(id=request_id, created=created, model=model, choices=choices, usage=usage).model_dump()
+        for choice in body["choices"]:
+            choice["delta"] = {k: v for k, v in choice["delta"].items() if v is not None}
+        if not include_usage:
+            del body["usage"]
+        return sse(body)
 
     for i in range(req.n):
         yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=""))])
@@ -110,6 +118,6 @@ async def _stream(state: ServerState, req: ChatCompletionRequest, request_id: st
     finally:
         for s in streams:
             s.close()
-    if req.stream_options and req.stream_options.include_usage:
+    if include_usage:
         yield chunk([], usage=_usage(finals))
     yield DONE

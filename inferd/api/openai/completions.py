@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import Request
 
-from inferd.api.generation import collect, fan_in, raise_if_failed, request_priority, submit
+from inferd.api.generation import check_token_ids, collect, fan_in, raise_if_failed, request_priority, submit
 from inferd.api.openai.logprobs import completion_logprobs
 from inferd.api.openai.protocol import (
     CompletionChoice, CompletionRequest, CompletionResponse, PromptTokensDetails, UsageInfo, new_id,
@@ -31,7 +31,7 @@ async def create_completion(state: ServerState, req: CompletionRequest, raw: Req
         raise BadRequest("suffix is not supported; use /infill for fill-in-the-middle", param="suffix")
     tokenizer = engine.tokenizer
     prompts = req.prompts()
-    prompt_ids = [tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
+    prompt_ids = [tokenizer.encode(p) if isinstance(p, str) else check_token_ids(engine, p) for p in prompts]
     prompt_texts = [p if isinstance(p, str) else tokenizer.decode(p, skip_special_tokens=False) for p in prompts]
     max_tokens = req.max_tokens or state.config.default_max_tokens or 16
     ids, params = [], []
@@ -79,9 +79,17 @@ async def _stream(state: ServerState, req: CompletionRequest, request_id: str, s
     offsets = [len(e) for e in echo]
     finals = [None] * len(streams)
 
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
     def chunk(choices, usage=None) -> str:
-        body = CompletionResponse(id=request_id, created=created, model=model, choices=choices, usage=usage)
-        return sse(body.model_dump(exclude_none=True))
+        # finish_reason and logprobs stay present (null until set), as OpenAI sends them.
+        body = CompletionResponse(id=request_id, created=created, model=model, choices=choices, usage=usage).model_dump()
+        for choice in body["choices"]:
+            if choice["stop_reason"] is None:
+                del choice["stop_reason"]
+        if not include_usage:
+            del body["usage"]
+        return sse(body)
 
     for i, text in enumerate(echo):
         if text:
@@ -101,6 +109,6 @@ async def _stream(state: ServerState, req: CompletionRequest, request_id: str, s
     finally:
         for s in streams:
             s.close()
-    if req.stream_options and req.stream_options.include_usage:
+    if include_usage:
         yield chunk([], usage=_usage(finals, req.n))
     yield DONE

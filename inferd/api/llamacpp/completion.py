@@ -1,0 +1,111 @@
+"""POST /completion (and the generation half of /infill): one engine request
+per prompt, answered as one JSON object (a list for several prompts) or as
+server-sent `data: {...}` chunks ending with the `stop: true` summary."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import Request
+
+from inferd.api.generation import Choice, collect, fan_in, raise_if_failed, request_priority, submit
+from inferd.api.llamacpp.probabilities import completion_probabilities
+from inferd.api.llamacpp.prompts import split_prompts, tokenize_prompt
+from inferd.api.llamacpp.protocol import CompletionRequest, GenerationFields
+from inferd.api.llamacpp.results import final_fields, visible_tokens
+from inferd.api.llamacpp.sampling import generation_settings, in_llama_terms, sampling_params
+from inferd.api.openai.protocol import new_id
+from inferd.engine.async_engine import RequestStream
+from inferd.engine.outputs import RequestOutput
+from inferd.engine.sampler import TokenLogprobs
+from inferd.engine.sampling_params import SamplingParams
+from inferd.server.state import ServerState
+from inferd.server.streaming import sse, sse_response
+
+log = logging.getLogger(__name__)
+
+
+async def create_completion(state: ServerState, req: CompletionRequest, raw: Request):
+    tokenizer = state.require_engine().tokenizer
+    prompts = [tokenize_prompt(tokenizer, p) for p in split_prompts(req.prompt)]
+    return await run_completion(state, req, prompts, raw)
+
+
+async def run_completion(state: ServerState, req: GenerationFields, prompts: list[list[int]], raw: Request):
+    engine = state.require_engine()
+    if req.ignored_fields():
+        log.info("llama.cpp completion request: ignored fields %s", req.ignored_fields())
+    params = sampling_params(req, engine.tokenizer, state.config.default_max_tokens)
+    priority = request_priority(raw)
+    try:
+        streams = submit(engine, new_id("cmpl"), prompts, [dataclasses.replace(params) for _ in prompts],
+                         priority, req.cache_prompt)
+    except ValueError as e:
+        raise in_llama_terms(e) from None
+    answer = _Answer(state, req, params, prompts)
+    if req.stream:
+        return sse_response(answer.stream(streams))
+    bodies = [answer.body(choice) for choice in await collect(streams)]
+    return bodies[0] if len(bodies) == 1 else bodies
+
+
+@dataclasses.dataclass
+class _Answer:
+    """Builds the JSON of one request's completions."""
+
+    state: ServerState
+    req: GenerationFields
+    params: SamplingParams
+    prompts: list[list[int]]
+
+    def __post_init__(self) -> None:
+        self.tokenizer = self.state.engine.tokenizer
+        self.settings = generation_settings(self.req, self.params)
+
+    def _probabilities(self, logprobs: list[TokenLogprobs] | None, count: int) -> dict:
+        """Entries for the first `count` tokens (those the answer shows)."""
+        if not self.req.n_probs or not logprobs:
+            return {}
+        return {"completion_probabilities": completion_probabilities(self.tokenizer, logprobs[:count])}
+
+    def _summary(self, index: int, final: RequestOutput, content: str, tokens: list[int], has_new_line: bool) -> dict:
+        return {
+            "index": index,
+            "content": content,
+            "tokens": tokens,
+            "stop": True,
+            "model": self.state.model_name,
+            "generation_settings": self.settings,
+            "prompt": self.tokenizer.decode(self.prompts[index], skip_special_tokens=False),
+            "has_new_line": has_new_line,
+            **final_fields(final, self.params.max_tokens),
+        }
+
+    def body(self, choice: Choice) -> dict:
+        tokens = visible_tokens(choice.token_ids, choice.final)
+        body = self._summary(choice.index, choice.final, choice.text, tokens if self.req.return_tokens else [],
+                             has_new_line="\n" in choice.text)
+        return body | self._probabilities(choice.logprobs, len(tokens))
+
+    async def stream(self, streams: list[RequestStream]) -> AsyncIterator[str]:
+        predicted = [0] * len(streams)
+        seen_new_line = [False] * len(streams)
+        try:
+            async for i, out in fan_in(streams):
+                raise_if_failed(out)
+                predicted[i] += len(out.token_ids)
+                seen_new_line[i] = seen_new_line[i] or "\n" in out.text
+                tokens = visible_tokens(out.token_ids, out)
+                if out.text or tokens:
+                    yield sse({
+                        "index": i, "content": out.text, "tokens": tokens, "stop": False,
+                        "tokens_predicted": predicted[i], "tokens_evaluated": len(self.prompts[i]),
+                    } | self._probabilities(out.logprobs, len(tokens)))
+                if out.finished:
+                    # The text already went out in the partial chunks, as llama-server streams it.
+                    yield sse(self._summary(i, out, "", [], has_new_line=seen_new_line[i]))
+        finally:
+            for s in streams:
+                s.close()

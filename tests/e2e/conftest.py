@@ -1,0 +1,48 @@
+"""Servers shared by the end-to-end tests: started once per session, stopped
+with SIGTERM at the end. The bundled-model server starts only when a test asks
+for it."""
+
+from __future__ import annotations
+
+import pytest
+
+from server import ALIAS, TINY_CTX, TINY_PARALLEL, ServerProcess
+
+
+@pytest.fixture(scope="session")
+def server_logs(tmp_path_factory):
+    return tmp_path_factory.mktemp("server-logs")
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tiny_model_dir, server_logs):
+    """The tiny random-weight Gemma 3 model: --parallel 4 --ctx-size 256 --alias gpt-4o-mini, no API key."""
+    server = ServerProcess(
+        tiny_model_dir, port=0, parallel=TINY_PARALLEL, ctx_size=TINY_CTX, alias=[ALIAS],
+        log_path=server_logs / "tiny.log",
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def bundled_server(server_logs):
+    """The bundled Gemma 3 270M: a real tokenizer, real weights, a context long enough for long generations."""
+    server = ServerProcess(None, port=0, parallel=2, ctx_size=4096, log_path=server_logs / "bundled.log")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def client(tiny_server):
+    with tiny_server.openai() as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def http(tiny_server):
+    with tiny_server.http() as c:
+        yield c
+

@@ -1,0 +1,158 @@
+"""API keys: with keys set, every route but health answers 401 unless the
+request carries one, as a Bearer token or in x-api-key."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+import httpx
+import pytest
+
+from inferd.chat.template import chat_template_for
+from inferd.cli_options import add_options, build
+from inferd.commands.serve import read_api_keys
+from inferd.config import ServeConfig
+from inferd.engine.async_engine import AsyncEngine
+from inferd.engine.engine import Engine
+from inferd.models.loader import load_model
+from inferd.server.app import build_app
+from inferd.server.auth import is_valid_key, presented_keys
+from inferd.server.state import ServerState
+
+KEYS = frozenset({"sk-first", "sk-second"})
+CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+HOW_TO_SEND = "send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'"
+
+
+def unauthorized(message: str) -> dict:
+    return {"error": {"message": message, "type": "authentication_error", "param": None, "code": "invalid_api_key"}}
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_model_dir):
+    return load_model(str(tiny_model_dir), dtype="float32")
+
+
+@pytest.fixture
+def state(loaded):
+    config = ServeConfig(ctx_size=128, parallel=2, block_size=4)
+    state = ServerState(config=config, model_name="tiny", api_keys=KEYS)
+    state.engine = AsyncEngine(Engine(loaded, config))
+    state.template = chat_template_for(loaded.tokenizer)
+    yield state
+    state.engine.shutdown()
+
+
+def send(state: ServerState, method: str, path: str, **kwargs) -> httpx.Response:
+    async def go():
+        transport = httpx.ASGITransport(app=build_app(state))
+        async with httpx.AsyncClient(transport=transport, base_url="http://inferd") as client:
+            return await client.request(method, path, **kwargs)
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("method,path,body", [("POST", "/v1/chat/completions", CHAT), ("GET", "/v1/models", None)])
+def test_no_key_is_refused_with_how_to_send_one(state, method, path, body):
+    r = send(state, method, path, json=body)
+    assert r.status_code == 401
+    assert r.json() == unauthorized(f"this server needs an API key; {HOW_TO_SEND}")
+    assert r.headers["www-authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize("headers", [
+    {"Authorization": "Bearer sk-wrong"},
+    {"x-api-key": "sk-wrong"},
+    {"Authorization": "Bearer sk-firs"},  # a prefix of a key
+    {"Authorization": "Bearer sk-first-and-more"},
+    {"Authorization": "Bearer SK-FIRST"},
+])
+@pytest.mark.parametrize("method,path,body", [("POST", "/v1/chat/completions", CHAT), ("GET", "/v1/models", None)])
+def test_a_wrong_key_is_refused(state, method, path, body, headers):
+    r = send(state, method, path, json=body, headers=headers)
+    assert r.status_code == 401
+    assert r.json() == unauthorized(f"invalid API key; {HOW_TO_SEND}")
+    assert r.headers["www-authenticate"] == "Bearer"
+
+
+def test_a_key_under_another_scheme_counts_as_none(state):
+    r = send(state, "GET", "/v1/models", headers={"Authorization": "Basic sk-first"})
+    assert r.status_code == 401
+    assert r.json() == unauthorized(f"this server needs an API key; {HOW_TO_SEND}")
+
+
+@pytest.mark.parametrize("headers", [
+    {"Authorization": "Bearer sk-first"},
+    {"Authorization": "Bearer sk-second"},
+    {"Authorization": "bearer sk-first"},  # the scheme is case-insensitive
+    {"x-api-key": "sk-second"},
+    {"Authorization": "Bearer sk-wrong", "x-api-key": "sk-first"},
+])
+def test_a_valid_key_in_either_header_is_let_through(state, headers):
+    models = send(state, "GET", "/v1/models", headers=headers)
+    assert models.status_code == 200
+    assert [m["id"] for m in models.json()["data"]] == ["tiny"]
+    chat = send(state, "POST", "/v1/chat/completions", json=CHAT, headers=headers)
+    assert chat.status_code == 200
+    assert chat.json()["object"] == "chat.completion"
+
+
+@pytest.mark.parametrize("path", ["/health", "/v1/health", "/"])
+def test_health_needs_no_key(state, path):
+    r = send(state, "GET", path)
+    assert r.status_code == 200
+    assert r.json()["status"] == "ok"
+
+
+def test_unknown_routes_are_refused_before_they_404(state):
+    assert send(state, "GET", "/no/such/route").status_code == 401
+
+
+def test_refused_before_the_body_is_judged(state):
+    # An unauthenticated client learns nothing of body limits or content types.
+    r = send(state, "POST", "/v1/chat/completions", content=b"x" * 64, headers={"Content-Type": "text/plain"})
+    assert r.status_code == 401
+
+
+def test_without_keys_everything_is_open(state):
+    state.api_keys = frozenset()
+    assert send(state, "GET", "/v1/models").status_code == 200
+    assert send(state, "POST", "/v1/chat/completions", json=CHAT).status_code == 200
+
+
+def test_presented_keys_reads_both_headers():
+    headers = [(b"authorization", b"Bearer  sk-a "), (b"x-api-key", b"sk-b"), (b"x-other", b"sk-c")]
+    assert presented_keys(headers) == [b"sk-a", b"sk-b"]
+    assert presented_keys([(b"authorization", b"Bearer")]) == []
+    assert presented_keys([(b"x-api-key", b"  ")]) == []
+
+
+def test_keys_compare_as_utf8_bytes():
+    assert is_valid_key("clé-1".encode(), {"clé-1"})
+    assert not is_valid_key("clé-2".encode(), {"clé-1"})
+    assert not is_valid_key(b"", {"sk-a"})
+
+
+def parse_serve_options(argv: list[str]) -> ServeConfig:
+    parser = argparse.ArgumentParser()
+    add_options(parser, ServeConfig)
+    return build(ServeConfig, parser.parse_args(argv))
+
+
+def test_inferd_api_key_env_gives_comma_separated_keys(monkeypatch):
+    monkeypatch.setenv("INFERD_API_KEY", "sk-a,sk-b")
+    config = parse_serve_options([])
+    assert config.api_key == ["sk-a", "sk-b"]
+    assert read_api_keys(config) == frozenset({"sk-a", "sk-b"})
+
+
+def test_api_key_flags_replace_the_env_keys(monkeypatch):
+    monkeypatch.setenv("INFERD_API_KEY", "sk-a,sk-b")
+    config = parse_serve_options(["--api-key", "sk-c", "--api-key", "sk-d"])
+    assert read_api_keys(config) == frozenset({"sk-c", "sk-d"})
+
+
+def test_no_env_no_flag_means_no_keys(monkeypatch):
+    monkeypatch.delenv("INFERD_API_KEY", raising=False)
+    assert read_api_keys(parse_serve_options([])) == frozenset()

@@ -1,0 +1,213 @@
+"""Prometheus metrics: request counts by route template, token totals and
+latency histograms from finished requests, engine gauges at scrape time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.parser import text_string_to_metric_families
+
+from inferd.chat.template import chat_template_for
+from inferd.config import ServeConfig
+from inferd.engine.async_engine import AsyncEngine
+from inferd.engine.engine import Engine
+from inferd.engine.outputs import RequestOutput, RequestTiming, Usage
+from inferd.models.loader import load_model
+from inferd.server.app import build_app
+from inferd.server.metrics import ServerMetrics, _current, observe_output, server_metrics
+from inferd.server.state import ServerState
+
+COMPLETION = {"prompt": "The cat sat on the mat", "max_tokens": 5, "temperature": 0, "ignore_eos": True}
+CHAT = {"messages": [{"role": "user", "content": "hi there"}], "max_tokens": 4, "temperature": 0,
+        "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+ENGINE_GAUGES = ("inferd_requests_waiting", "inferd_requests_running", "inferd_kv_cache_usage_ratio",
+                 "inferd_prefix_cache_hit_rate")
+ENGINE_COUNTERS = ("inferd_prefix_cache_queries_total", "inferd_prefix_cache_hits_total", "inferd_preemptions_total")
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_model_dir):
+    return load_model(str(tiny_model_dir), dtype="float32")
+
+
+def make_state(loaded, metrics: bool, api_keys=frozenset()) -> ServerState:
+    config = ServeConfig(ctx_size=128, parallel=2, block_size=4, metrics=metrics)
+    state = ServerState(config=config, model_name="tiny", api_keys=api_keys)
+    if metrics:
+        state.metrics = server_metrics(state)
+    state.engine = AsyncEngine(Engine(loaded, config))
+    state.template = chat_template_for(loaded.tokenizer)
+    return state
+
+
+@pytest.fixture
+def state(loaded):
+    state = make_state(loaded, metrics=True)
+    yield state
+    state.engine.shutdown()
+
+
+def run(state: ServerState, calls):
+    """Send (method, path, kwargs) calls in order, on one app and one event loop."""
+
+    async def go():
+        transport = httpx.ASGITransport(app=build_app(state))
+        async with httpx.AsyncClient(transport=transport, base_url="http://inferd") as client:
+            return [await client.request(method, path, **kwargs) for method, path, kwargs in calls]
+
+    return asyncio.run(go())
+
+
+def samples(text: str) -> dict[tuple[str, tuple], float]:
+    """{(sample name, sorted labels): value} of a Prometheus text page."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def stream_usage(body: str) -> dict:
+    events = [line.removeprefix("data: ") for line in body.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    return json.loads(events[-2])["usage"]
+
+
+def test_two_completions_are_counted_exactly(state):
+    completion, chat, scrape = run(state, [
+        ("POST", "/v1/completions", {"json": COMPLETION}),
+        ("POST", "/v1/chat/completions", {"json": CHAT}),
+        ("GET", "/metrics", {}),
+    ])
+    assert completion.status_code == chat.status_code == scrape.status_code == 200
+    assert scrape.headers["content-type"] == CONTENT_TYPE_LATEST
+    usages = [completion.json()["usage"], stream_usage(chat.text)]
+    assert [u["completion_tokens"] for u in usages] == [5, 4]
+    got = samples(scrape.text)
+
+    assert got[("inferd_requests_total", (("route", "/v1/completions"), ("status", "200")))] == 1
+    assert got[("inferd_requests_total", (("route", "/v1/chat/completions"), ("status", "200")))] == 1
+    assert ("inferd_requests_total", (("route", "/metrics"), ("status", "200"))) not in got  # counted once answered
+    assert got[("inferd_prompt_tokens_total", ())] == sum(u["prompt_tokens"] for u in usages)
+    assert got[("inferd_generation_tokens_total", ())] == 9
+    for histogram in ("inferd_time_to_first_token_seconds", "inferd_time_per_output_token_seconds",
+                      "inferd_e2e_request_latency_seconds"):
+        assert got[(f"{histogram}_count", ())] == 2
+        assert got[(f"{histogram}_bucket", (("le", "+Inf"),))] == 2
+        assert got[(f"{histogram}_sum", ())] > 0
+
+    stats = state.engine.stats()
+    assert got[("inferd_requests_waiting", ())] == 0
+    assert got[("inferd_requests_running", ())] == 0
+    assert got[("inferd_kv_cache_usage_ratio", ())] == stats.kv_usage
+    assert got[("inferd_prefix_cache_queries_total", ())] == stats.prefix_cache_queries > 0
+    assert got[("inferd_prefix_cache_hits_total", ())] == stats.prefix_cache_hits
+    assert got[("inferd_prefix_cache_hit_rate", ())] == stats.prefix_cache_hit_rate
+    assert got[("inferd_preemptions_total", ())] == 0
+
+
+def test_routes_are_labelled_by_template_not_by_url(state):
+    *_, scrape = run(state, [
+        ("GET", "/v1/models", {}),
+        ("GET", "/v1/models", {}),
+        ("GET", "/v1/completions", {}),  # a route that exists, wrong method
+        ("GET", "/no/such/path?x=1", {}),
+        ("GET", "/another/missing/path", {}),
+        ("GET", "/metrics", {}),
+        ("GET", "/metrics", {}),
+    ])
+    requests = {labels: v for (name, labels), v in samples(scrape.text).items() if name == "inferd_requests_total"}
+    assert requests == {
+        (("route", "/v1/models"), ("status", "200")): 2,
+        (("route", "/v1/completions"), ("status", "405")): 1,
+        (("route", "unmatched"), ("status", "404")): 2,
+        (("route", "/metrics"), ("status", "200")): 1,
+    }
+
+
+def test_refused_requests_are_counted_and_metrics_need_the_key(loaded):
+    state = make_state(loaded, metrics=True, api_keys=frozenset({"sk-ops"}))
+    try:
+        refused, scrape = run(state, [
+            ("GET", "/metrics", {}),
+            ("GET", "/metrics", {"headers": {"Authorization": "Bearer sk-ops"}}),
+        ])
+    finally:
+        state.engine.shutdown()
+    assert refused.status_code == 401
+    assert scrape.status_code == 200
+    assert samples(scrape.text)[("inferd_requests_total", (("route", "unmatched"), ("status", "401")))] == 1
+
+
+def test_metrics_are_404_when_off(loaded):
+    state = make_state(loaded, metrics=False)
+    try:
+        [r] = run(state, [("GET", "/metrics", {})])
+    finally:
+        state.engine.shutdown()
+    assert r.status_code == 404
+    assert r.json() == {"error": {"message": "metrics are off; start the server with --metrics to serve them here",
+                                  "type": "not_found_error", "param": None, "code": None}}
+
+
+def test_engine_metrics_are_absent_while_the_model_loads():
+    state = ServerState(config=ServeConfig(metrics=True))
+    text = server_metrics(state).render().decode()
+    for name in ENGINE_GAUGES + ENGINE_COUNTERS:
+        assert name not in text
+    assert "inferd_prompt_tokens_total 0.0" in text
+
+
+def finished(prompt: int, completion: int, timing: RequestTiming | None) -> RequestOutput:
+    return RequestOutput("r", finished=True, finish_reason="length", usage=Usage(prompt, completion, 0), timing=timing)
+
+
+def test_latencies_come_from_the_request_timing():
+    metrics = ServerMetrics(lambda: None)
+    metrics.observe_finished(finished(7, 5, RequestTiming(arrival=10.0, first_token=10.5, finished=12.5)))
+    metrics.observe_finished(finished(3, 1, RequestTiming(arrival=20.0, first_token=20.25, finished=20.25)))
+    got = samples(metrics.render().decode())
+    assert got[("inferd_prompt_tokens_total", ())] == 10
+    assert got[("inferd_generation_tokens_total", ())] == 6
+    assert got[("inferd_time_to_first_token_seconds_count", ())] == 2
+    assert got[("inferd_time_to_first_token_seconds_sum", ())] == 0.75
+    # One token has no gap after the first: only the 5-token request counts, (12.5 - 10.5) / 4.
+    assert got[("inferd_time_per_output_token_seconds_count", ())] == 1
+    assert got[("inferd_time_per_output_token_seconds_sum", ())] == 0.5
+    assert got[("inferd_e2e_request_latency_seconds_count", ())] == 2
+    assert got[("inferd_e2e_request_latency_seconds_sum", ())] == 2.75
+
+
+def test_a_request_without_a_first_token_has_no_ttft():
+    metrics = ServerMetrics(lambda: None)
+    metrics.observe_finished(finished(4, 0, RequestTiming(arrival=1.0, first_token=None, finished=1.5)))
+    got = samples(metrics.render().decode())
+    assert got[("inferd_time_to_first_token_seconds_count", ())] == 0
+    assert got[("inferd_time_per_output_token_seconds_count", ())] == 0
+    assert got[("inferd_e2e_request_latency_seconds_sum", ())] == 0.5
+
+
+def test_observe_output_records_finals_for_the_server_of_the_current_request():
+    metrics = ServerMetrics(lambda: None)
+    final = finished(7, 5, RequestTiming(arrival=0.0, first_token=0.1, finished=0.5))
+    observe_output(final)  # outside any request there is nowhere to record it
+    token = _current.set(metrics)
+    try:
+        observe_output(RequestOutput("r", token_ids=[40], text="a"))  # a delta, not the end
+        observe_output(final)
+    finally:
+        _current.reset(token)
+    got = samples(metrics.render().decode())
+    assert got[("inferd_prompt_tokens_total", ())] == 7
+    assert got[("inferd_e2e_request_latency_seconds_count", ())] == 1
+
+
+def test_each_server_has_its_own_registry():
+    first, second = ServerMetrics(lambda: None), ServerMetrics(lambda: None)
+    first.prompt_tokens.inc(3)
+    assert samples(first.render().decode())[("inferd_prompt_tokens_total", ())] == 3
+    assert samples(second.render().decode())[("inferd_prompt_tokens_total", ())] == 0
