@@ -1,0 +1,107 @@
+"""The chat route in process: template variables, template failures, priority
+header, and SSE keep-alive comments."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from inferd.chat.template import ChatTemplate
+from inferd.config import ServeConfig
+from inferd.engine.async_engine import AsyncEngine
+from inferd.engine.engine import Engine
+from inferd.models.loader import load_model
+from inferd.server.app import build_app
+from inferd.server.state import ServerState
+from inferd.server.streaming import with_keepalive
+
+# Shows whether the template variables arrived, and refuses a role it does not know.
+TEMPLATE = (
+    "{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('no tools here') }}{% endif %}"
+    "[{{ m.role }}]{{ m.content }}{% endfor %}|thinking={{ enable_thinking | default('unset') }}"
+)
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_model_dir):
+    return load_model(str(tiny_model_dir), dtype="float32")
+
+
+@pytest.fixture
+def client(loaded):
+    config = ServeConfig(ctx_size=128, parallel=2, block_size=4)
+    state = ServerState(config=config, model_name="tiny")
+    state.engine = AsyncEngine(Engine(loaded, config))
+    state.template = ChatTemplate(TEMPLATE, None, None)
+    yield httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(state)), base_url="http://t")
+    state.engine.shutdown()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+MESSAGES = [{"role": "developer", "content": "be brief"}, {"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ({}, "[system]be brief[user]hi|thinking=unset"),
+        ({"chat_template_kwargs": {"enable_thinking": False}}, "[system]be brief[user]hi|thinking=False"),
+        ({"extra_body": {"chat_template_kwargs": {"enable_thinking": True}}}, "[system]be brief[user]hi|thinking=True"),
+    ],
+    ids=["none", "top-level", "extra_body"],
+)
+def test_template_variables_reach_the_template(client, extra, expected):
+    async def go():
+        async with client:
+            r = await client.post("/apply-template", json={"messages": MESSAGES, **extra})
+            return r.status_code, r.json()
+
+    assert run(go()) == (200, {"prompt": expected})
+
+
+def test_a_template_that_raises_is_a_400_before_generation(client):
+    async def go():
+        async with client:
+            bad = await client.post("/v1/chat/completions", json={
+                "messages": [{"role": "tool", "content": "42", "tool_call_id": "x"}], "max_tokens": 2})
+            good = await client.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 2})
+            return bad, good
+
+    bad, good = run(go())
+    assert bad.status_code == 400
+    assert bad.json()["error"]["param"] == "messages"
+    assert "no tools here" in bad.json()["error"]["message"]
+    assert good.status_code == 200 and good.json()["usage"]["completion_tokens"] == 2
+
+
+def test_priority_header_is_validated(client):
+    async def go():
+        async with client:
+            ok = await client.post("/v1/chat/completions", headers={"X-Priority": "high"},
+                                   json={"messages": MESSAGES, "max_tokens": 1})
+            bad = await client.post("/v1/chat/completions", headers={"X-Priority": "urgent"},
+                                    json={"messages": MESSAGES, "max_tokens": 1})
+            return ok.status_code, bad.status_code, bad.json()["error"]
+
+    ok, bad, err = run(go())
+    assert (ok, bad) == (200, 400)
+    assert err["param"] == "X-Priority" and "high, normal or low" in err["message"]
+
+
+def test_keepalive_comments_fill_silences_and_events_pass_through():
+    async def slow():
+        yield "data: 1\n\n"
+        await asyncio.sleep(0.25)
+        yield "data: 2\n\n"
+
+    async def go():
+        return [e async for e in with_keepalive(slow(), interval=0.1)]
+
+    events = run(go())
+    assert events[0] == "data: 1\n\n" and events[-1] == "data: 2\n\n"
+    assert events[1:-1] == [": keep-alive\n\n"] * len(events[1:-1]) and 1 <= len(events[1:-1]) <= 3
