@@ -61,9 +61,14 @@ LLAMA3_HEADERS = """\
 """
 
 
-# A plain transcript; the engine stops at the next "User:" line.
+# A plain transcript; the engine stops at the next "User:" line. Without a
+# system message, one line framing the conversation makes base models answer.
+TRANSCRIPT_PREAMBLE = "A conversation between a curious user and a helpful, knowledgeable assistant."
 TRANSCRIPT = """\
 {{- bos_token -}}
+{%- if not messages or messages[0].role not in ('system', 'developer') -%}
+{{- '""" + TRANSCRIPT_PREAMBLE + """\n\n' -}}
+{%- endif -%}
 {%- set speakers = {'user': 'User', 'assistant': 'Assistant', 'tool': 'Tool'} -%}
 {%- for message in messages -%}
 {%- if message.role in ('system', 'developer') -%}

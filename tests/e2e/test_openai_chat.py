@@ -115,7 +115,7 @@ def test_list_of_text_parts_is_the_same_as_the_parts_joined_by_newlines(client):
     assert as_parts.choices[0].message.content == as_text.choices[0].message.content
 
 
-def test_system_and_multi_turn_messages_are_accepted(client):
+def test_system_and_multi_turn_messages_are_accepted(client, http):
     messages = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Hello"},
@@ -123,9 +123,11 @@ def test_system_and_multi_turn_messages_are_accepted(client):
         {"role": "user", "content": "Again"},
     ]
     r = client.chat.completions.create(**greedy(6, messages=messages))
-    short = client.chat.completions.create(**greedy(6))
     assert r.usage.completion_tokens == 6
-    assert r.usage.prompt_tokens > short.usage.prompt_tokens
+    prompt = http.post("/apply-template", json={"messages": messages}).json()["prompt"]
+    assert prompt == "<bos>Be brief.\n\nUser: Hello\nAssistant: Hi.\nUser: Again\nAssistant:"
+    tokens = http.post("/tokenize", json={"content": prompt, "add_special": True}).json()["tokens"]
+    assert r.usage.prompt_tokens == len(tokens)
 
 
 def test_an_image_part_is_refused_for_a_text_model(client):

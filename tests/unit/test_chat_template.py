@@ -80,7 +80,9 @@ def test_llama3_fallback():
 def test_transcript_trims_and_names_tool_turns():
     template = chat_template_for(tokenizer_with([], bos="<s>", eos="</s>"))
     messages = [{"role": "user", "content": " Hi "}, {"role": "tool", "content": "42"}]
-    assert template.render(messages, add_generation_prompt=False) == "<s>User: Hi\nTool: 42\n"
+    assert template.render(messages, add_generation_prompt=False) == (
+        "<s>A conversation between a curious user and a helpful, knowledgeable assistant.\n\nUser: Hi\nTool: 42\n"
+    )
 
 
 def test_gemma_fallback_on_the_bundled_model_encodes_without_a_second_bos():
