@@ -35,6 +35,8 @@ class _Add:
     params: SamplingParams
     priority: Priority
     cache_prompt: bool
+    constraint: object | None = None
+    reasoning_started: bool = False
 
 
 @dataclass
@@ -104,6 +106,8 @@ class AsyncEngine:
         params: SamplingParams,
         priority: Priority = Priority.NORMAL,
         cache_prompt: bool = True,
+        constraint=None,
+        reasoning_started: bool = False,
     ) -> "RequestStream":
         """Validate and submit; errors are raised here, before any output.
         Must be called from the event loop that will read the stream."""
@@ -117,7 +121,9 @@ class AsyncEngine:
         stream = RequestStream(self, request_id)
         self._streams[request_id] = (asyncio.get_running_loop(), stream.queue)
         self._pending += 1
-        self._commands.put(_Add(request_id, prompt_token_ids, params, priority, cache_prompt))
+        self._commands.put(
+            _Add(request_id, prompt_token_ids, params, priority, cache_prompt, constraint, reasoning_started)
+        )
         return stream
 
     async def generate(self, *args, **kwargs) -> AsyncIterator[RequestOutput]:
@@ -182,7 +188,10 @@ class AsyncEngine:
                 if cmd.request_id not in self._streams:
                     continue  # the reader went away before the engine saw it
                 try:
-                    self.engine.add_request(cmd.request_id, cmd.prompt_token_ids, cmd.params, cmd.priority, cmd.cache_prompt)
+                    self.engine.add_request(
+                        cmd.request_id, cmd.prompt_token_ids, cmd.params, cmd.priority, cmd.cache_prompt,
+                        cmd.constraint, cmd.reasoning_started,
+                    )
                 except (ValueError, RuntimeError) as e:
                     self._deliver(RequestOutput(cmd.request_id, finished=True, finish_reason="error", error=str(e)))
             elif isinstance(cmd, _Abort):

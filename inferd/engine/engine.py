@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 
 from inferd.config import EngineConfig
@@ -18,7 +19,14 @@ from inferd.engine.runner import ModelRunner
 from inferd.engine.sampler import NoValidTokenError, Sampler, SampleRow, TokenLogprobs, make_generator
 from inferd.engine.sampling_params import SamplingParams
 from inferd.engine.scheduler import RequestRejected, Scheduler, SchedulerConfig
+from inferd.engine.steering import advance_steering, steer
+from inferd.engine.thinking_budget import ThinkingBudget
+from inferd.engine.loop_guard import LoopGuard
+from inferd.chat.reasoning import think_markers
 from inferd.models.loader import LoadedModel
+
+if TYPE_CHECKING:
+    from inferd.chat.grammar import TokenConstraint
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +69,9 @@ class Engine:
         self.runner = ModelRunner(loaded.model, self.pool.num_blocks, config.block_size, loaded.dtype, loaded.device)
         self.sampler = Sampler()
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids) | frozenset(loaded.config.eos_token_ids)
+        markers = think_markers(self.tokenizer)
+        # Budgets need single-token markers; models without them simply never reason.
+        self.think_ids = (markers.start_id, markers.end_id) if markers and markers.end_id is not None else None
         self.requests: dict[str, Request] = {}
         self._detok: dict[str, IncrementalDetokenizer] = {}
         self._counters = {"prompt": 0, "computed": 0, "generated": 0, "steps": 0}
@@ -82,12 +93,22 @@ class Engine:
         params: SamplingParams,
         priority: Priority = Priority.NORMAL,
         cache_prompt: bool = True,
+        constraint: TokenConstraint | None = None,
+        reasoning_started: bool = False,
     ) -> None:
+        """`constraint`: a grammar the output must follow (outside reasoning).
+        `reasoning_started`: the prompt ends inside an open <think>."""
         if request_id in self.requests:
             raise RequestRejected(f"request id {request_id!r} is already in flight")
         self.validate(prompt_token_ids, params)
         req = Request(request_id, list(prompt_token_ids), params, priority=priority, cache_prompt=cache_prompt)
         req.generator = make_generator(params.seed)
+        req.constraint = constraint
+        if self.think_ids is not None:
+            budget = None if params.thinking_budget in (None, -1) else params.thinking_budget
+            req.thinking = ThinkingBudget(*self.think_ids, budget=budget, started=reasoning_started)
+        if params.min_count:
+            req.loop_guard = LoopGuard(params.max_pattern_size, params.min_count)
         self.scheduler.add(req)
         self.requests[request_id] = req
         self._detok[request_id] = IncrementalDetokenizer(
@@ -125,6 +146,7 @@ class Engine:
             SampleRow(r.params, r.prompt_token_ids, r.output_token_ids, r.generator, self.eos_token_ids)
             for r in requests
         ]
+        logits = steer(logits, requests)
         try:
             sampled = self.sampler(logits, rows)
         except NoValidTokenError as e:
@@ -154,6 +176,7 @@ class Engine:
         out = RequestOutput(req.request_id, token_ids=[token], logprobs=[logprobs] if logprobs else None)
         params, detok = req.params, self._detok[req.request_id]
         status = None
+        grammar_done = advance_steering(req, token)
         if token in self.eos_token_ids and not params.ignore_eos or token in params.stop_token_ids:
             status, req.stop_reason = RequestStatus.FINISHED_STOPPED, token
         else:
@@ -161,6 +184,8 @@ class Engine:
             out.text = delta.text
             if delta.stop_string is not None:
                 status, req.stop_reason = RequestStatus.FINISHED_STOPPED, delta.stop_string
+        if status is None and (grammar_done or (req.loop_guard is not None and req.loop_guard.add(token))):
+            status = RequestStatus.FINISHED_STOPPED
         if status is None and (
             (params.max_tokens is not None and len(req.output_token_ids) >= params.max_tokens)
             or req.num_tokens >= self.max_model_len

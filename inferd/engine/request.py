@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
+    from inferd.chat.grammar import TokenConstraint
+    from inferd.engine.loop_guard import LoopGuard
     from inferd.engine.sampling_params import SamplingParams
+    from inferd.engine.thinking_budget import ThinkingBudget
 
 
 class Priority(enum.IntEnum):
@@ -70,6 +73,10 @@ class Request:
     first_token_time: float | None = None
     num_preemptions: int = 0
     slot: int | None = None  # which of the --parallel slots it occupies while running
+    # Per-request steering of the sampler; each is None when unused.
+    constraint: TokenConstraint | None = None  # grammar: which tokens may come next
+    thinking: ThinkingBudget | None = None
+    loop_guard: LoopGuard | None = None
 
     @property
     def all_token_ids(self) -> list[int]:

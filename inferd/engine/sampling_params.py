@@ -42,6 +42,9 @@ class SamplingParams:
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    thinking_budget: int | None = None  # reasoning tokens before </think> is forced; None or -1 = unlimited
+    max_pattern_size: int = 0  # loop guard: end when a pattern of up to this many tokens ...
+    min_count: int = 0  # ... repeats this many times back to back (0 = off)
 
     @property
     def greedy(self) -> bool:
@@ -54,6 +57,19 @@ class SamplingParams:
             _require_int("max_tokens", self.max_tokens)
             if self.max_tokens < 1:
                 _fail("max_tokens", f"max_tokens must be >= 1 or None, got {self.max_tokens!r}")
+        if self.thinking_budget is not None and self.thinking_budget != -1:
+            _require_int("thinking_budget", self.thinking_budget)
+            if self.thinking_budget < 0:
+                _fail("thinking_budget", f"thinking_budget must be -1 (unlimited) or >= 0, got {self.thinking_budget!r}")
+            if self.max_tokens is not None and self.thinking_budget > self.max_tokens:
+                _fail("thinking_budget", f"thinking_budget ({self.thinking_budget}) must not exceed max_tokens "
+                                         f"({self.max_tokens}); raise max_tokens or lower the budget")
+        if self.max_pattern_size or self.min_count:
+            _require_int("max_pattern_size", self.max_pattern_size)
+            _require_int("min_count", self.min_count)
+            if self.max_pattern_size < 1 or self.min_count < 2:
+                _fail("max_pattern_size", "the loop guard needs max_pattern_size >= 1 and min_count >= 2, "
+                                          f"got {self.max_pattern_size} and {self.min_count}")
         _require_int("min_tokens", self.min_tokens)
         if self.min_tokens < 0:
             _fail("min_tokens", f"min_tokens must be >= 0, got {self.min_tokens!r}")
