@@ -48,6 +48,9 @@ class ServerOptions:
     max_body_size: int = option(8 * 2**20, "largest request body accepted, in bytes")
     shutdown_timeout: float = option(30.0, "seconds in-flight requests may take to finish on SIGTERM")
     default_max_tokens: int | None = option(None, "max_tokens when a request sets none; default: until the context is full")
+    tool_call_parser: str | None = option(None, "tool-call format: hermes, llama3_json, mistral, generic_json; default: detected from the vocabulary")
+    reasoning_format: str = option("deepseek", "deepseek: <think> text goes to reasoning_content; none: left in content")
+    reasoning_budget: int = option(-1, "reasoning tokens allowed before </think> is forced; -1 = unlimited")
 
 
 @dataclass

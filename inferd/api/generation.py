@@ -60,12 +60,16 @@ def submit(
     params: Sequence[SamplingParams],
     priority: Priority,
     cache_prompt: bool,
+    constraints: Sequence | None = None,
+    reasoning_started: bool = False,
 ) -> list[RequestStream]:
-    """One engine request per (prompt, params) pair; all-or-nothing on errors."""
+    """One engine request per (prompt, params) pair; all-or-nothing on errors.
+    `constraints`: one grammar constraint (or None) per request."""
     streams: list[RequestStream] = []
+    constraints = constraints or [None] * len(prompts)
     try:
-        for i, (ids, p) in enumerate(zip(prompts, params)):
-            streams.append(engine.add_request(f"{base_id}-{i}", ids, p, priority, cache_prompt))
+        for i, (ids, p, c) in enumerate(zip(prompts, params, constraints)):
+            streams.append(engine.add_request(f"{base_id}-{i}", ids, p, priority, cache_prompt, c, reasoning_started))
     except BaseException:
         for s in streams:
             s.close()

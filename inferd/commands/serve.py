@@ -24,6 +24,7 @@ from inferd.engine.engine import Engine
 from inferd.models.loader import load_model, resolve_model_path
 from inferd.server.app import build_app
 from inferd.server.metrics import server_metrics
+from inferd.server.chat_features import attach_chat_features
 from inferd.server.state import ServerState
 
 log = logging.getLogger("inferd.serve")
@@ -53,6 +54,7 @@ def load_engine(state: ServerState) -> None:
             torch.set_num_threads(config.threads)
         loaded = load_model(config.model, config.dtype, config.device)
         state.template = chat_template_for(loaded.tokenizer, config.chat_template)
+        attach_chat_features(state, loaded)
         engine = Engine(loaded, config)
         state.loaded = loaded
         state.engine = AsyncEngine(engine)

@@ -21,6 +21,9 @@ class ServerState:
     engine: AsyncEngine | None = None  # None while the model loads
     loaded: LoadedModel | None = None
     template: ChatTemplate | None = None
+    grammar: object | None = None  # chat.grammar.GrammarCompiler
+    tool_parser: type | None = None  # chat.tool_parsers.ToolParser subclass for this model
+    think_markers: object | None = None  # chat.reasoning.ThinkMarkers when the model reasons
     metrics: object | None = None  # server.metrics.ServerMetrics when --metrics
     api_keys: frozenset[str] = frozenset()
     started: float = field(default_factory=time.time)

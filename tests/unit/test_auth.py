@@ -18,6 +18,7 @@ from inferd.engine.engine import Engine
 from inferd.models.loader import load_model
 from inferd.server.app import build_app
 from inferd.server.auth import is_valid_key, presented_keys
+from inferd.server.chat_features import attach_chat_features
 from inferd.server.state import ServerState
 
 KEYS = frozenset({"sk-first", "sk-second"})
@@ -40,6 +41,7 @@ def state(loaded):
     state = ServerState(config=config, model_name="tiny", api_keys=KEYS)
     state.engine = AsyncEngine(Engine(loaded, config))
     state.template = chat_template_for(loaded.tokenizer)
+    attach_chat_features(state, loaded)
     yield state
     state.engine.shutdown()
 

@@ -14,6 +14,7 @@ from inferd.engine.async_engine import AsyncEngine
 from inferd.engine.engine import Engine
 from inferd.models.loader import load_model
 from inferd.server.app import build_app
+from inferd.server.chat_features import attach_chat_features
 from inferd.server.state import ServerState
 
 BLOCK_SIZE = 4
@@ -34,6 +35,7 @@ def state(loaded):
     state = ServerState(config=config, model_name="tiny")
     state.engine = AsyncEngine(Engine(loaded, config))
     state.template = chat_template_for(loaded.tokenizer)
+    attach_chat_features(state, loaded)
     yield state
     state.engine.shutdown()
 

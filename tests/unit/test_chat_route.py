@@ -14,6 +14,7 @@ from inferd.engine.async_engine import AsyncEngine
 from inferd.engine.engine import Engine
 from inferd.models.loader import load_model
 from inferd.server.app import build_app
+from inferd.server.chat_features import attach_chat_features
 from inferd.server.state import ServerState
 from inferd.server.streaming import with_keepalive
 
@@ -35,6 +36,7 @@ def client(loaded):
     state = ServerState(config=config, model_name="tiny")
     state.engine = AsyncEngine(Engine(loaded, config))
     state.template = ChatTemplate(TEMPLATE, None, None)
+    attach_chat_features(state, loaded)
     yield httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(state)), base_url="http://t")
     state.engine.shutdown()
 

@@ -19,6 +19,7 @@ from inferd.engine.async_engine import AsyncEngine
 from inferd.engine.engine import Engine
 from inferd.models.loader import load_model
 from inferd.server.app import build_app
+from inferd.server.chat_features import attach_chat_features
 from inferd.server.state import ServerState
 
 CTX = 128
@@ -38,6 +39,7 @@ def make_state(model_dir, **config) -> ServerState:
     state = ServerState(config=cfg, model_name="tiny")
     state.engine = AsyncEngine(Engine(loaded, cfg))
     state.template = chat_template_for(loaded.tokenizer)
+    attach_chat_features(state, loaded)
     return state
 
 

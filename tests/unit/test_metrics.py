@@ -19,6 +19,7 @@ from inferd.engine.outputs import RequestOutput, RequestTiming, Usage
 from inferd.models.loader import load_model
 from inferd.server.app import build_app
 from inferd.server.metrics import ServerMetrics, _current, observe_output, server_metrics
+from inferd.server.chat_features import attach_chat_features
 from inferd.server.state import ServerState
 
 COMPLETION = {"prompt": "The cat sat on the mat", "max_tokens": 5, "temperature": 0, "ignore_eos": True}
@@ -41,6 +42,7 @@ def make_state(loaded, metrics: bool, api_keys=frozenset()) -> ServerState:
         state.metrics = server_metrics(state)
     state.engine = AsyncEngine(Engine(loaded, config))
     state.template = chat_template_for(loaded.tokenizer)
+    attach_chat_features(state, loaded)
     return state
 
 

@@ -14,6 +14,7 @@ from inferd.engine.async_engine import AsyncEngine  # noqa: E402
 from inferd.engine.engine import Engine  # noqa: E402
 from inferd.models.loader import load_model  # noqa: E402
 from inferd.server.app import build_app  # noqa: E402
+from inferd.server.chat_features import attach_chat_features
 from inferd.server.state import ServerState  # noqa: E402
 
 
@@ -23,6 +24,7 @@ def api_schema(tiny_model_dir):
     state = ServerState(config=config, model_name="tiny")
     loaded = load_model(str(tiny_model_dir), dtype="float32")
     state.template = chat_template_for(loaded.tokenizer)
+    attach_chat_features(state, loaded)
     state.engine = AsyncEngine(Engine(loaded, config))
     yield schemathesis.openapi.from_asgi("/openapi.json", build_app(state))
     state.engine.shutdown()

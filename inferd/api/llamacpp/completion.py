@@ -39,9 +39,13 @@ async def run_completion(state: ServerState, req: GenerationFields, prompts: lis
         log.info("llama.cpp completion request: ignored fields %s", req.ignored_fields())
     params = sampling_params(req, engine.tokenizer, state.config.default_max_tokens)
     priority = request_priority(raw)
+    spec = req.grammar_spec()
+    if spec is not None:
+        state.grammar.validate(spec)
+    constraints = [state.grammar.constraint(spec) if spec else None for _ in prompts]
     try:
         streams = submit(engine, new_id("cmpl"), prompts, [dataclasses.replace(params) for _ in prompts],
-                         priority, req.cache_prompt)
+                         priority, req.cache_prompt, constraints)
     except ValueError as e:
         raise in_llama_terms(e) from None
     answer = _Answer(state, req, params, prompts)

@@ -57,6 +57,19 @@ class GenerationFields(LlamaRequest):
     n_probs: int = Field(0, ge=0, le=20)
     return_tokens: bool = False
     id_slot: int = -1  # accepted for compatibility; the scheduler places requests
+    grammar: str | None = None  # GBNF the output must follow
+    json_schema: dict | None = None  # JSON schema the output must follow
+
+    def grammar_spec(self):
+        """The output constraint, if any (json_schema wins over grammar, as in llama-server)."""
+        from inferd.chat.grammar import GrammarSpec
+        from inferd.chat.json_schema_strict import closed_objects
+
+        if self.json_schema is not None:
+            return GrammarSpec.json_schema(closed_objects(self.json_schema))
+        if self.grammar:
+            return GrammarSpec("gbnf", self.grammar)
+        return None
 
     def stop_list(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)

@@ -130,6 +130,17 @@ class SamplingFields(OpenAIModel):
         return p
 
 
+class JsonSchemaFormat(OpenAIModel):
+    name: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(OpenAIModel):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
@@ -140,6 +151,16 @@ class ChatCompletionRequest(SamplingFields):
     continue_final_message: bool = False
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
+    response_format: ResponseFormat | None = None
+    regex: str | None = None  # output must match this regular expression
+    grammar: str | None = None  # output must follow this GBNF grammar
+    reasoning_effort: str | None = None
+    # Reasoning tokens allowed before </think> is forced; the first of the three names given wins.
+    thinking_budget_tokens: int | None = None
+    thinking_token_budget: int | None = None
+    thinking_budget: int | None = None
+    max_pattern_size: int = Field(0, ge=0, description="loop guard: longest repeated pattern, in tokens")
+    min_count: int = Field(0, ge=0, description="loop guard: repeats that end generation")
 
     @model_validator(mode="after")
     def _check(self):
@@ -154,7 +175,15 @@ class ChatCompletionRequest(SamplingFields):
         """chat_template_kwargs, top level or inside extra_body (some clients nest it)."""
         kwargs = dict((self.model_extra or {}).get("extra_body", {}).get("chat_template_kwargs", {}) or {})
         kwargs.update(self.chat_template_kwargs or {})
+        if self.reasoning_effort is not None:
+            kwargs.setdefault("reasoning_effort", self.reasoning_effort)
         return kwargs
+
+    def requested_thinking_budget(self) -> int | None:
+        for value in (self.thinking_budget_tokens, self.thinking_token_budget, self.thinking_budget):
+            if value is not None:
+                return value
+        return None
 
 
 class CompletionRequest(SamplingFields):

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from inferd.chat.json_schema_strict import closed_objects
+
 # The models' own style (`{"name": "f", "arguments": {"x": 1}}`), and nothing looser:
 # free whitespace would let a forced model pad without end. `lenient` keeps a tool
 # schema with a keyword llguidance lacks usable rather than failing the request.
@@ -49,7 +51,7 @@ def requested_functions(tools: list[dict], tool_choice: Any) -> tuple[list[Funct
 
 
 def json_rule(schema: dict) -> str:
-    return "%json " + json.dumps({**schema, "x-guidance": _JSON_STYLE})
+    return "%json " + json.dumps({**closed_objects(schema), "x-guidance": _JSON_STYLE})
 
 
 def call_object_schema(spec: FunctionSpec, arguments_key: str) -> dict:
