@@ -67,14 +67,30 @@ TRANSCRIPT_PREAMBLE = "A conversation between a curious user and a helpful, know
 TRANSCRIPT = """\
 {{- bos_token -}}
 {%- if not messages or messages[0].role not in ('system', 'developer') -%}
-{{- '""" + TRANSCRIPT_PREAMBLE + """\n\n' -}}
+{{- '""" + TRANSCRIPT_PREAMBLE + """\\n\\n' -}}
+{%- endif -%}
+{%- if tools -%}
+{{- 'The assistant can call tools. To call them it answers with only this JSON: '
+    '{"tool_calls": [{"name": <tool name>, "arguments": <arguments object>}]}. Otherwise it answers in words.\\nTools:\\n' -}}
+{%- for tool in tools -%}
+{%- set f = tool.function if tool.function is defined else tool -%}
+{{- '- ' + f.name + ': ' + (f.description or '') + ' Arguments: ' + (f.parameters or {}) | tojson + '\\n' -}}
+{%- endfor -%}
+{{- '\\n' -}}
 {%- endif -%}
 {%- set speakers = {'user': 'User', 'assistant': 'Assistant', 'tool': 'Tool'} -%}
 {%- for message in messages -%}
 {%- if message.role in ('system', 'developer') -%}
-{{- (message.content or '') | trim + '\n\n' -}}
+{{- (message.content or '') | trim + '\\n\\n' -}}
+{%- elif message.role == 'assistant' and message.tool_calls -%}
+{{- 'Assistant: {"tool_calls": [' -}}
+{%- for call in message.tool_calls -%}
+{{- ('' if loop.first else ', ') + '{"name": ' + call.function.name | tojson + ', "arguments": '
+    + call.function.arguments | tojson + '}' -}}
+{%- endfor -%}
+{{- ']}\\n' -}}
 {%- else -%}
-{{- speakers[message.role] + ': ' + (message.content or '') | trim + '\n' -}}
+{{- speakers[message.role] + ': ' + (message.content or '') | trim + '\\n' -}}
 {%- endif -%}
 {%- endfor -%}
 {%- if add_generation_prompt -%}

@@ -176,7 +176,14 @@ class Engine:
         out = RequestOutput(req.request_id, token_ids=[token], logprobs=[logprobs] if logprobs else None)
         params, detok = req.params, self._detok[req.request_id]
         status = None
-        grammar_done = advance_steering(req, token)
+        try:
+            grammar_done = advance_steering(req, token)
+        except ValueError as e:  # the grammar refused a token it had allowed: end this request only
+            log.error("request %s: grammar state error: %s", req.request_id, e)
+            self.scheduler.finish(req, RequestStatus.FINISHED_ERROR)
+            out = self._finish_output(req, out)
+            out.error = "the output grammar could not continue; see the server log"
+            return out
         if token in self.eos_token_ids and not params.ignore_eos or token in params.stop_token_ids:
             status, req.stop_reason = RequestStatus.FINISHED_STOPPED, token
         else:

@@ -142,3 +142,34 @@ def test_streamed_tool_call_reassembles_to_the_non_streamed_call(sdk):
             finish = choice.finish_reason or finish
     assert (name, arguments) == (whole.function.name, whole.function.arguments)
     assert len(ids) == 1 and finish == "tool_calls"
+
+
+def test_each_choice_of_a_streamed_n2_request_follows_the_schema(sdk):
+    schema = SCHEMAS[3]
+    texts = {0: "", 1: ""}
+    for chunk in sdk.chat.completions.create(
+        model="gemma-3-270m", max_tokens=60, temperature=1.0, seed=5, n=2, stream=True,
+        messages=[{"role": "user", "content": "Pick a color."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
+    ):
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+    for text in texts.values():
+        jsonschema.validate(json.loads(text), schema)
+
+
+def test_a_tool_result_round_trips_into_an_answer(sdk, bundled_server):
+    call = {"id": "call_abc", "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps({"city": "Oslo", "unit": "c"})}}
+    messages = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_abc", "content": "12 degrees and sunny"},
+    ]
+    with bundled_server.http() as http:
+        prompt = http.post("/apply-template", json={"messages": messages, "tools": [WEATHER]}).json()["prompt"]
+    assert '"arguments": {"city": "Oslo", "unit": "c"}' in prompt and "Tool: 12 degrees and sunny" in prompt
+    r = sdk.chat.completions.create(model="gemma-3-270m", max_tokens=30, temperature=0, tools=[WEATHER],
+                                    messages=messages)
+    assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    assert r.usage.prompt_tokens > 40

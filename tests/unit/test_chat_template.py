@@ -240,3 +240,24 @@ def test_a_model_without_a_template_gets_the_transcript_with_its_stop():
 def test_unknown_template_name_is_refused():
     with pytest.raises(TemplateError, match="neither a built-in"):
         chat_template_for(tokenizer_with([]), "nosuch")
+
+
+def test_transcript_shows_tools_and_round_trips_calls_and_results():
+    template = chat_template_for(tokenizer_with([], bos="<s>"))
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather now.",
+                                               "parameters": {"type": "object"}}}]
+    messages = [
+        {"role": "user", "content": "Oslo?"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+        {"role": "tool", "content": "12C", "tool_call_id": "c1"},
+    ]
+    assert template.render(messages, tools=tools) == (
+        "<s>A conversation between a curious user and a helpful, knowledgeable assistant.\n\n"
+        'The assistant can call tools. To call them it answers with only this JSON: '
+        '{"tool_calls": [{"name": <tool name>, "arguments": <arguments object>}]}. Otherwise it answers in words.\n'
+        'Tools:\n- get_weather: Weather now. Arguments: {"type": "object"}\n\n'
+        "User: Oslo?\n"
+        'Assistant: {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]}\n'
+        "Tool: 12C\nAssistant:"
+    )
