@@ -308,8 +308,8 @@ def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
     covered = min(logits.shape[1], bitmask.shape[1] * 32)
     bit_positions = torch.arange(32, dtype=torch.int32, device=logits.device)
     words = bitmask.to(logits.device, non_blocking=True)
-    allowed = ((words.unsqueeze(-1) >> bit_positions) & 1).bool().flatten(1)[:, :covered]
-    logits[:, :covered].masked_fill_(~allowed, float("-inf"))
+    bits = ((words.unsqueeze(-1) >> bit_positions) & 1).flatten(1)[:, :covered]
+    logits[:, :covered].masked_fill_(bits == 0, float("-inf"))
     logits[:, covered:] = float("-inf")
 
 

@@ -43,5 +43,7 @@ def advance_steering(req: Request, token: int) -> bool:
         req.thinking.add(token)
     if grammar_was_active:
         req.constraint.accept(token)
+        if req.constraint.finished and req.constraint.error:  # a parser limit, not a complete output
+            raise ValueError(req.constraint.error)
         return req.constraint.finished
     return False

@@ -458,3 +458,19 @@ def test_routes_answer_503_while_the_model_loads():
                                ("get", "/props", None), ("get", "/slots", None)]:
         r = run(app, lambda c: c.request(method.upper(), path, json=body))
         assert r.status_code == 503 and r.json()["error"]["code"] == "loading"
+
+
+def test_completion_follows_a_json_schema_and_a_gbnf_grammar(app):
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+
+    async def steps(client):
+        by_schema = await client.post("/completion", json={"prompt": "x", "n_predict": 30, "json_schema": schema})
+        by_grammar = await client.post("/completion", json={"prompt": "x", "n_predict": 30,
+                                                             "grammar": 'root ::= "yes" | "no"'})
+        bad = await client.post("/completion", json={"prompt": "x", "grammar": "root ::= ("})
+        return by_schema, by_grammar, bad
+
+    by_schema, by_grammar, bad = run(app, steps)
+    assert json.loads(by_schema.json()["content"])["ok"] in (True, False)
+    assert by_grammar.json()["content"] in ("yes", "no")
+    assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"

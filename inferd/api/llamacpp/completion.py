@@ -4,6 +4,7 @@ server-sent `data: {...}` chunks ending with the `stop: true` summary."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import AsyncIterator
@@ -40,8 +41,8 @@ async def run_completion(state: ServerState, req: GenerationFields, prompts: lis
     params = sampling_params(req, engine.tokenizer, state.config.default_max_tokens)
     priority = request_priority(raw)
     spec = req.grammar_spec()
-    if spec is not None:
-        state.grammar.validate(spec)
+    if spec is not None:  # a first-seen large schema can take a moment to compile
+        await asyncio.to_thread(state.grammar.validate, spec)
     constraints = [state.grammar.constraint(spec) if spec else None for _ in prompts]
     try:
         streams = submit(engine, new_id("cmpl"), prompts, [dataclasses.replace(params) for _ in prompts],

@@ -4,6 +4,7 @@ reasoning and tool calls split out."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -72,8 +73,8 @@ async def create_chat_completion(state: ServerState, req: ChatCompletionRequest,
     prompt = render_chat_prompt(state, req, tools=req.tools if mode != "none" else [])
     prompt_ids = engine.tokenizer.encode(prompt)
     spec = output_grammar(req, mode, new_tool_parser())
-    if spec is not None:
-        state.grammar.validate(spec)
+    if spec is not None:  # a first-seen large schema can take a moment to compile
+        await asyncio.to_thread(state.grammar.validate, spec)
     markers = state.think_markers
     started = markers is not None and prompt_opens_thinking(prompt, markers)
 
