@@ -9,10 +9,11 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-
+from inferd.chat.reasoning import think_markers
 from inferd.config import EngineConfig
 from inferd.engine.detokenizer import IncrementalDetokenizer
 from inferd.engine.kv_cache import BlockPool
+from inferd.engine.loop_guard import LoopGuard
 from inferd.engine.outputs import EngineStats, RequestOutput, RequestTiming, SlotState, Usage
 from inferd.engine.request import Priority, Request, RequestStatus
 from inferd.engine.runner import ModelRunner
@@ -21,8 +22,6 @@ from inferd.engine.sampling_params import SamplingParams
 from inferd.engine.scheduler import RequestRejected, Scheduler, SchedulerConfig
 from inferd.engine.steering import advance_steering, steer
 from inferd.engine.thinking_budget import ThinkingBudget
-from inferd.engine.loop_guard import LoopGuard
-from inferd.chat.reasoning import think_markers
 from inferd.models.loader import LoadedModel
 
 if TYPE_CHECKING:
