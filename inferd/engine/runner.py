@@ -24,7 +24,7 @@ class StepResult:
 
 
 # Decode contexts are padded to a multiple of this many tokens.
-DECODE_BUCKET = 256
+DECODE_BUCKET = 64
 
 
 def _bucket(context_len: int) -> int:
