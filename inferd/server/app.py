@@ -9,7 +9,9 @@ from inferd.server.auth import ApiKeyAuth
 from inferd.server.body_limits import BodyLimits
 from inferd.server.errors import install_error_handlers
 from inferd.server.metrics import RequestMetrics
+from inferd.server.routes import anthropic as anthropic_routes
 from inferd.server.routes import cache, health, llamacpp, metrics, openai
+from inferd.server.routes import ollama as ollama_routes
 from inferd.server.state import ServerState
 
 
@@ -23,7 +25,9 @@ def build_app(state: ServerState) -> FastAPI:
     app.add_middleware(RequestMetrics, state=state)
     app.include_router(health.router)
     app.include_router(openai.router)
+    app.include_router(anthropic_routes.router)
     app.include_router(metrics.router)
     app.include_router(cache.router)
     app.include_router(llamacpp.router)
+    app.include_router(ollama_routes.router)
     return app

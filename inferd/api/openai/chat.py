@@ -9,6 +9,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from fastapi import Request
 
@@ -22,6 +23,7 @@ from inferd.api.openai.protocol import (
 )
 from inferd.chat.reasoning import prompt_opens_thinking
 from inferd.chat.template import TemplateError
+from inferd.engine.async_engine import RequestStream
 from inferd.server.errors import BadRequest
 from inferd.server.state import ServerState
 from inferd.server.streaming import DONE, sse, sse_response
@@ -58,7 +60,20 @@ def render_chat_prompt(state: ServerState, req: ChatCompletionRequest, tools: li
         raise BadRequest(f"the chat template refused these messages: {e}", param="messages") from None
 
 
-async def create_chat_completion(state: ServerState, req: ChatCompletionRequest, raw: Request):
+@dataclass
+class SubmittedChat:
+    """A chat request running in the engine: one stream and one output parser per choice."""
+
+    request_id: str
+    streams: list[RequestStream]
+    outputs: list[ChoiceOutput]
+    prompt_ids: list[int]
+    top_logprobs: int
+
+
+async def submit_chat(state: ServerState, req: ChatCompletionRequest, raw: Request,
+                      id_prefix: str = "chatcmpl") -> SubmittedChat:
+    """Render, constrain and submit a chat request; other dialects convert to it and share this."""
     engine = state.require_engine()
     state.check_model(req.model)
     if req.ignored_fields():
@@ -89,17 +104,23 @@ async def create_chat_completion(state: ServerState, req: ChatCompletionRequest,
         p.max_pattern_size, p.min_count = req.max_pattern_size, req.min_count
         params.append(p)
     constraints = [state.grammar.constraint(spec) if spec else None for _ in range(req.n)]
-    request_id = new_id("chatcmpl")
+    request_id = new_id(id_prefix)
     streams = submit(engine, request_id, [prompt_ids] * req.n, params, request_priority(raw), req.cache_prompt,
                      constraints, started)
     outputs = [ChoiceOutput(markers, started, new_tool_parser()) for _ in range(req.n)]
+    return SubmittedChat(request_id, streams, outputs, prompt_ids, top)
+
+
+async def create_chat_completion(state: ServerState, req: ChatCompletionRequest, raw: Request):
+    chat = await submit_chat(state, req, raw)
+    request_id, streams, outputs, top = chat.request_id, chat.streams, chat.outputs, chat.top_logprobs
     if req.stream:
         return sse_response(_stream(state, req, request_id, streams, outputs, top))
     choices = await collect(streams)
     return ChatCompletionResponse(
         id=request_id,
         model=req.model or state.model_name,
-        choices=[_choice(c, outputs[c.index], engine.tokenizer, req, top) for c in choices],
+        choices=[_choice(c, outputs[c.index], state.engine.tokenizer, req, top) for c in choices],
         usage=_usage([c.final for c in choices]),
     )
 

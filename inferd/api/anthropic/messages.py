@@ -1,0 +1,42 @@
+"""POST /v1/messages and /v1/messages/count_tokens: converted to a chat request,
+run through the chat path, and answered as an Anthropic message."""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from inferd.api.anthropic.convert import content_blocks, stop_reason, to_chat_request, to_counted_request, usage
+from inferd.api.anthropic.protocol import (
+    CountTokensRequest, CountTokensResponse, MessagesRequest, MessagesResponse, message_id,
+)
+from inferd.api.anthropic.stream import message_events
+from inferd.api.generation import collect
+from inferd.api.openai.chat import render_chat_prompt, submit_chat
+from inferd.api.openai.chat_constraints import tool_choice_mode
+from inferd.server.state import ServerState
+
+
+async def create_message(state: ServerState, req: MessagesRequest, raw: Request):
+    chat_req = to_chat_request(req)
+    chat = await submit_chat(state, chat_req, raw, id_prefix="msg")
+    chat.request_id = message_id(chat.request_id)
+    model = req.model or state.model_name
+    stops = req.stop_sequences or []
+    if req.stream:
+        return message_events(chat, model, stops)
+    (choice,) = await collect(chat.streams)
+    output = chat.outputs[0]
+    blocks = content_blocks(output.parse(choice.text))
+    reason, sequence = stop_reason(choice.final, output.called_tools, stops)
+    return MessagesResponse(id=chat.request_id, model=model, content=blocks, stop_reason=reason,
+                            stop_sequence=sequence, usage=usage(choice.final))
+
+
+def count_tokens(state: ServerState, req: CountTokensRequest) -> CountTokensResponse:
+    engine = state.require_engine()
+    state.check_model(req.model)
+    chat_req = to_counted_request(req)
+    # The same prompt that /v1/messages would submit, tools included unless switched off.
+    tools = chat_req.tools if tool_choice_mode(chat_req) != "none" else []
+    prompt = render_chat_prompt(state, chat_req, tools=tools)
+    return CountTokensResponse(input_tokens=len(engine.tokenizer.encode(prompt)))

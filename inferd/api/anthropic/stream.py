@@ -1,0 +1,122 @@
+"""A chat run as Anthropic's event stream:
+
+    message_start, then per content block content_block_start, deltas
+    (thinking_delta / text_delta / input_json_delta), content_block_stop,
+    with one ping after the first block opens; then message_delta
+    (stop_reason, usage) and message_stop.
+
+Each event is SSE with an `event:` line naming its type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+from fastapi.responses import StreamingResponse
+
+from inferd.api.anthropic.convert import stop_reason, usage
+from inferd.api.anthropic.errors import anthropic_error, error_envelope
+from inferd.api.generation import fan_in, raise_if_failed
+from inferd.api.openai.chat import SubmittedChat
+from inferd.server.errors import to_api_error
+from inferd.server.streaming import with_keepalive
+
+
+def event(payload: dict) -> str:
+    return f"event: {payload['type']}\ndata: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+class BlockWriter:
+    """Opens, fills and closes content blocks so that each kind of output
+    (thinking, text, one block per tool call) gets its own index."""
+
+    def __init__(self):
+        self.count = 0
+        self.open_key: tuple | None = None
+        self.pinged = False
+
+    def write(self, key: tuple, start_block: dict, delta: dict | None) -> list[str]:
+        events = []
+        if key != self.open_key:
+            events += self.close()
+            self.open_key = key
+            events.append(event({"type": "content_block_start", "index": self.count, "content_block": start_block}))
+            if not self.pinged:
+                self.pinged = True
+                events.append(event({"type": "ping"}))
+        if delta is not None:
+            events.append(event({"type": "content_block_delta", "index": self.count, "delta": delta}))
+        return events
+
+    def close(self) -> list[str]:
+        if self.open_key is None:
+            return []
+        self.open_key = None
+        self.count += 1
+        return [event({"type": "content_block_stop", "index": self.count - 1})]
+
+    def delta_events(self, d) -> list[str]:
+        events = []
+        if d.reasoning:
+            events += self.write(("thinking",), {"type": "thinking", "thinking": "", "signature": ""},
+                                 {"type": "thinking_delta", "thinking": d.reasoning})
+        if d.content:
+            events += self.write(("text",), {"type": "text", "text": ""}, {"type": "text_delta", "text": d.content})
+        for call in d.tool_calls:
+            start = {"type": "tool_use", "id": call.id or "", "name": call.name or "", "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": call.arguments} if call.arguments else None
+            events += self.write(("tool_use", call.index), start, delta)
+        return events
+
+
+async def _events(chat: SubmittedChat, model: str, stop_sequences: list[str]) -> AsyncIterator[str]:
+    output = chat.outputs[0]
+    yield event({"type": "message_start", "message": {
+        "id": chat.request_id, "type": "message", "role": "assistant", "model": model, "content": [],
+        "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": len(chat.prompt_ids), "output_tokens": 0},
+    }})
+    blocks = BlockWriter()
+    final = None
+    try:
+        async for _, out in fan_in(chat.streams):
+            raise_if_failed(out)
+            if out.text:
+                for e in blocks.delta_events(output.feed(out.text)):
+                    yield e
+            if out.finished:
+                final = out
+                for e in blocks.delta_events(output.finish()):
+                    yield e
+    finally:
+        for s in chat.streams:
+            s.close()
+    for e in blocks.close():
+        yield e
+    if not blocks.pinged:
+        yield event({"type": "ping"})
+    reason, sequence = stop_reason(final, output.called_tools, stop_sequences)
+    yield event({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                 "usage": usage(final).model_dump()})
+    yield event({"type": "message_stop"})
+
+
+async def _guarded(events: AsyncIterator[str]) -> AsyncIterator[str]:
+    """An exception mid-stream becomes Anthropic's `error` event, never a silent cut."""
+    try:
+        async for e in events:
+            yield e
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # the status line is already sent: report in-band
+        yield event(error_envelope(anthropic_error(to_api_error(exc))))
+
+
+def message_events(chat: SubmittedChat, model: str, stop_sequences: list[str]) -> StreamingResponse:
+    return StreamingResponse(
+        with_keepalive(_guarded(_events(chat, model, stop_sequences))),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

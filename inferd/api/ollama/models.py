@@ -1,0 +1,16 @@
+"""Model names as Ollama clients send them: "name" or "name:tag"."""
+
+from __future__ import annotations
+
+from inferd.server.errors import NotFound
+from inferd.server.state import ServerState
+
+DEFAULT_TAG = ":latest"
+
+
+def check_model(state: ServerState, requested: str) -> None:
+    """Accept a served name, with or without Ollama's default tag."""
+    name = requested.removesuffix(DEFAULT_TAG)
+    if name not in state.served_names:
+        served = ", ".join(f'"{n}"' for n in state.served_names)
+        raise NotFound(f'model "{requested}" not found; this server serves {served}', param="model")
