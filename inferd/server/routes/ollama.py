@@ -19,7 +19,7 @@ from inferd.server.state import ServerState, get_state
 NO_EMBEDDINGS = "this server serves a text generation model; embeddings need an embedding model"
 
 
-def validation_message(exc: RequestValidationError) -> str:
+def _flat_validation_message(exc: RequestValidationError) -> str:
     first = (exc.errors() or [{}])[0]
     if first.get("type") == "json_invalid":
         return "invalid JSON in the request body"
@@ -37,7 +37,7 @@ class OllamaErrorRoute(APIRoute):
             try:
                 return await handler(request)
             except RequestValidationError as exc:
-                return JSONResponse({"error": validation_message(exc)}, status_code=400)
+                return JSONResponse({"error": _flat_validation_message(exc)}, status_code=400)
             except Exception as exc:
                 err = to_api_error(exc)
                 return JSONResponse({"error": err.message}, status_code=err.status, headers=err.headers)
