@@ -11,7 +11,8 @@ from __future__ import annotations
 import hmac
 from collections.abc import Iterable
 
-from inferd.server.errors import Unauthorized, error_response
+from inferd.server.dialect_errors import error_response_for_path
+from inferd.server.errors import Unauthorized
 from inferd.server.routes.health import HEALTH_PATHS
 from inferd.server.state import ServerState
 
@@ -37,7 +38,7 @@ class ApiKeyAuth:
             return await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
         message = f"invalid API key; {HOW_TO_SEND}" if sent else f"this server needs an API key; {HOW_TO_SEND}"
         err = Unauthorized(message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
-        await error_response(err)(scope, receive, send)
+        await error_response_for_path(scope["path"], err)(scope, receive, send)
 
 
 def presented_keys(headers: Iterable[tuple[bytes, bytes]]) -> list[bytes]:

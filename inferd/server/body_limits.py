@@ -3,9 +3,8 @@ checked before any route parses a byte."""
 
 from __future__ import annotations
 
-import json
-
-from inferd.server.errors import error_body
+from inferd.server.dialect_errors import error_response_for_path
+from inferd.server.errors import PayloadTooLarge, UnsupportedMediaType
 
 _BODY_METHODS = {b"POST", b"PUT", b"PATCH"}
 
@@ -24,9 +23,10 @@ class BodyLimits:
         if has_body:
             media = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
             if media != b"application/json" and not media.endswith(b"+json"):
-                return await _reject(send, 415, "send the body as JSON with Content-Type: application/json")
+                err = UnsupportedMediaType("send the body as JSON with Content-Type: application/json")
+                return await _reject(scope, receive, send, err)
         if length is not None and length.isdigit() and int(length) > self.max_body_size:
-            return await _reject(send, 413, self._too_large())
+            return await _reject(scope, receive, send, PayloadTooLarge(self._too_large()))
         if length is not None:
             return await self.app(scope, receive, send)  # the server enforces the declared length
         # A chunked body has no declared size: read it here, up to the limit, then replay it.
@@ -38,7 +38,7 @@ class BodyLimits:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.max_body_size:
-                return await _reject(send, 413, self._too_large())
+                return await _reject(scope, receive, send, PayloadTooLarge(self._too_large()))
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
@@ -57,8 +57,5 @@ class BodyLimits:
         return f"request body exceeds {self.max_body_size} bytes (--max-body-size)"
 
 
-async def _reject(send, status: int, message: str) -> None:
-    body = json.dumps(error_body(message, "invalid_request_error")).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+async def _reject(scope, receive, send, err) -> None:
+    await error_response_for_path(scope["path"], err)(scope, receive, send)

@@ -255,3 +255,34 @@ def test_block_writer_gives_each_kind_of_output_its_own_block():
         {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": '{"a":1}'}},
         {"type": "content_block_stop", "index": 2},
     ]
+
+
+def test_errors_before_routing_use_each_dialects_envelope(tiny_model_dir):
+    """401 and 415 come from middleware; Anthropic and Ollama paths still get their own shapes."""
+    import asyncio
+
+    import httpx
+
+    from inferd.config import ServeConfig
+    from inferd.server.app import build_app
+    from inferd.server.state import ServerState
+
+    state = ServerState(config=ServeConfig(), model_name="tiny", api_keys=frozenset({"k"}))
+    app = build_app(state)
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            anthropic = await client.post("/v1/messages", json={})
+            ollama = await client.post("/api/chat", json={})
+            openai = await client.post("/v1/chat/completions", json={})
+            media = await client.post("/v1/messages", content=b"x", headers={"x-api-key": "k",
+                                                                            "content-type": "text/plain"})
+            return anthropic, ollama, openai, media
+
+    anthropic, ollama, openai, media = asyncio.run(go())
+    assert anthropic.status_code == 401 and anthropic.json()["type"] == "error"
+    assert anthropic.json()["error"]["type"] == "authentication_error"
+    assert ollama.status_code == 401 and set(ollama.json()) == {"error"}
+    assert openai.status_code == 401 and openai.json()["error"]["type"] == "authentication_error"
+    assert media.status_code == 415 and media.json()["error"]["type"] == "invalid_request_error"
+    assert media.json()["type"] == "error"
