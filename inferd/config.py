@@ -51,6 +51,9 @@ class ServerOptions:
     tool_call_parser: str | None = option(None, "tool-call format: hermes, llama3_json, mistral, generic_json; default: detected from the vocabulary")
     reasoning_format: str = option("deepseek", "deepseek: <think> text goes to reasoning_content; none: left in content")
     reasoning_budget: int = option(-1, "reasoning tokens allowed before </think> is forced; -1 = unlimited")
+    data_dir: str | None = option(None, "folder for stored state (Responses API); default: $XDG_DATA_HOME/inferd or ~/.local/share/inferd")
+    responses_ttl: float = option(30 * 24 * 3600.0, "seconds a stored response is kept")
+    responses_max: int = option(10000, "stored responses kept; the oldest go first")
 
 
 @dataclass

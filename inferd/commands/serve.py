@@ -26,6 +26,7 @@ from inferd.server.app import build_app
 from inferd.server.metrics import server_metrics
 from inferd.server.chat_features import attach_chat_features
 from inferd.server.state import ServerState
+from inferd.store.responses import ResponseStore, default_data_dir
 
 log = logging.getLogger("inferd.serve")
 
@@ -77,6 +78,9 @@ def run_serve(config: ServeConfig) -> int:
     state = ServerState(config=config, model_name=name, api_keys=read_api_keys(config))
     if config.metrics:
         state.metrics = server_metrics(state)
+    state.responses_store = ResponseStore.in_dir(config.data_dir or default_data_dir(), config.responses_ttl,
+                                                 config.responses_max)
+    state.responses_store.purge_expired()
     if not state.api_keys and not is_loopback(config.host):
         log.warning("listening on %s without an API key: anyone who can reach it can use it (set --api-key)", config.host)
     app = build_app(state)

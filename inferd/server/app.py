@@ -12,6 +12,7 @@ from inferd.server.metrics import RequestMetrics
 from inferd.server.routes import anthropic as anthropic_routes
 from inferd.server.routes import cache, health, llamacpp, metrics, openai
 from inferd.server.routes import ollama as ollama_routes
+from inferd.server.routes import responses as responses_routes
 from inferd.server.state import ServerState
 
 
@@ -26,6 +27,7 @@ def build_app(state: ServerState) -> FastAPI:
     app.include_router(health.router)
     app.include_router(openai.router)
     app.include_router(anthropic_routes.router)
+    app.include_router(responses_routes.router)
     app.include_router(metrics.router)
     app.include_router(cache.router)
     app.include_router(llamacpp.router)

@@ -25,6 +25,7 @@ class ServerState:
     tool_parser: type | None = None  # chat.tool_parsers.ToolParser subclass for this model
     think_markers: object | None = None  # chat.reasoning.ThinkMarkers when the model reasons
     metrics: object | None = None  # server.metrics.ServerMetrics when --metrics
+    responses_store: object | None = None  # store.responses.ResponseStore; None keeps no responses
     api_keys: frozenset[str] = frozenset()
     started: float = field(default_factory=time.time)
     draining: bool = False

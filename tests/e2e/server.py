@@ -96,6 +96,8 @@ class ServerProcess:
             args += ["--max-body-size", str(self.max_body_size)]
         if self.shutdown_timeout is not None:
             args += ["--shutdown-timeout", str(self.shutdown_timeout)]
+        if "--data-dir" not in self.extra_args:  # keep stored responses out of the user's home
+            args += ["--data-dir", str(self.log_path.parent / f"data-{self.log_path.stem}")]
         return args + self.extra_args
 
     @property

@@ -1,0 +1,1 @@
+"""State the server keeps on disk between runs."""
