@@ -7,6 +7,7 @@ import logging
 import sys
 
 from inferd import __version__
+from inferd.bench.options import add_bench_options
 from inferd.cli_options import add_options, build
 from inferd.config import EngineConfig, ServeConfig
 
@@ -28,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="serve the model over HTTP (OpenAI and llama-server routes)")
     add_options(serve, ServeConfig)
 
+    bench = sub.add_parser("bench", help="measure a running OpenAI-compatible server's latency and throughput")
+    add_bench_options(bench)
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "generate":
@@ -43,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         except ModelNotFoundError as e:
             print(f"inferd: {e}", file=sys.stderr)
             return 2
+    if args.command == "bench":
+        from inferd.commands.bench import run_bench
+
+        return run_bench(args)
     return 2
 
 

@@ -1,0 +1,1 @@
+"""`inferd bench`: load an OpenAI-compatible server and report its latency and throughput."""
