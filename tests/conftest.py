@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tiny_models import write_tiny_model
+
+# Property tests draw the same examples every run, so CI is reproducible;
+# HYPOTHESIS_PROFILE=explore draws fresh ones when hunting for bugs.
+settings.register_profile("ci", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")
