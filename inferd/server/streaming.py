@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from fastapi.responses import StreamingResponse
 
-from inferd.server.errors import error_body, to_api_error
+from inferd.server.errors import APIError, error_body, to_api_error
 
 log = logging.getLogger(__name__)
 
@@ -48,21 +48,28 @@ async def with_keepalive(events: AsyncIterator[str], interval: float = KEEPALIVE
         await iterator.aclose()
 
 
-async def guard_stream(events: AsyncIterator[str]) -> AsyncIterator[str]:
-    """An exception mid-stream becomes an SSE `error` event, never a silent cut."""
+def openai_error_event(err: APIError) -> str:
+    return f"event: error\n{sse(error_body(err.message, err.type, err.param, err.code))}"
+
+
+async def guard_stream(
+    events: AsyncIterator[str], error_event: Callable[[APIError], str] = openai_error_event
+) -> AsyncIterator[str]:
+    """An exception mid-stream becomes the dialect's `error` event, never a silent cut."""
     try:
         async for event in events:
             yield event
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # the status line is already sent: report in-band
-        err = to_api_error(exc)
-        yield f"event: error\n{sse(error_body(err.message, err.type, err.param, err.code))}"
+        yield error_event(to_api_error(exc))
 
 
-def sse_response(events: AsyncIterator[str]) -> StreamingResponse:
+def sse_response(
+    events: AsyncIterator[str], error_event: Callable[[APIError], str] = openai_error_event
+) -> StreamingResponse:
     return StreamingResponse(
-        with_keepalive(guard_stream(events)),
+        with_keepalive(guard_stream(events, error_event)),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -10,7 +10,6 @@ Each event is SSE with an `event:` line naming its type.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 
@@ -20,8 +19,7 @@ from inferd.api.anthropic.convert import stop_reason, usage
 from inferd.api.anthropic.errors import anthropic_error, error_envelope
 from inferd.api.generation import fan_in, raise_if_failed
 from inferd.api.openai.chat import SubmittedChat
-from inferd.server.errors import to_api_error
-from inferd.server.streaming import with_keepalive
+from inferd.server.streaming import sse_response
 
 
 def event(payload: dict) -> str:
@@ -103,20 +101,6 @@ async def _events(chat: SubmittedChat, model: str, stop_sequences: list[str]) ->
     yield event({"type": "message_stop"})
 
 
-async def _guarded(events: AsyncIterator[str]) -> AsyncIterator[str]:
-    """An exception mid-stream becomes Anthropic's `error` event, never a silent cut."""
-    try:
-        async for e in events:
-            yield e
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # the status line is already sent: report in-band
-        yield event(error_envelope(anthropic_error(to_api_error(exc))))
-
-
 def message_events(chat: SubmittedChat, model: str, stop_sequences: list[str]) -> StreamingResponse:
-    return StreamingResponse(
-        with_keepalive(_guarded(_events(chat, model, stop_sequences))),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return sse_response(_events(chat, model, stop_sequences),
+                        lambda err: event(error_envelope(anthropic_error(err))))

@@ -13,7 +13,6 @@ sequence_number counting from 0.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -25,8 +24,7 @@ from inferd.api.responses.convert import (
     function_call_item, is_incomplete, message_item, output_text_part, reasoning_item, usage,
 )
 from inferd.api.responses.protocol import ResponseObject, new_item_id
-from inferd.server.errors import to_api_error
-from inferd.server.streaming import with_keepalive
+from inferd.server.streaming import sse_response
 
 
 class Sequencer:
@@ -164,23 +162,10 @@ async def _events(chat: SubmittedChat, build: Build, finish: Callable[[ResponseO
     yield seq.event("response.incomplete" if incomplete else "response.completed", response=response.model_dump())
 
 
-async def _guarded(events: AsyncIterator[str], seq: Sequencer) -> AsyncIterator[str]:
-    """An exception mid-stream becomes an `error` event, never a silent cut."""
-    try:
-        async for e in events:
-            yield e
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # the status line is already sent: report in-band
-        err = to_api_error(exc)
-        yield seq.event("error", code=err.code or err.type, message=err.message, param=err.param)
-
-
 def response_events(chat: SubmittedChat, build: Build,
                     finish: Callable[[ResponseObject], Awaitable[None]]) -> StreamingResponse:
     seq = Sequencer()
-    return StreamingResponse(
-        with_keepalive(_guarded(_events(chat, build, finish, seq), seq)),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    return sse_response(
+        _events(chat, build, finish, seq),
+        lambda err: seq.event("error", code=err.code or err.type, message=err.message, param=err.param),
     )
