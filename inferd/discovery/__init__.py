@@ -1,0 +1,1 @@
+"""How workers and routers find each other: static URLs or etcd leases."""

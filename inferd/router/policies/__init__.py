@@ -1,0 +1,1 @@
+"""Routing policies, one file each behind `policies.base.Policy`."""
