@@ -9,7 +9,7 @@ import sys
 from inferd import __version__
 from inferd.bench.options import add_bench_options
 from inferd.cli_options import add_options, build
-from inferd.config import EngineConfig, ServeConfig
+from inferd.config import EngineConfig, RouterOptions, ServeConfig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     bench = sub.add_parser("bench", help="measure a running OpenAI-compatible server's latency and throughput")
     add_bench_options(bench)
 
+    router = sub.add_parser("router", help="route requests across a fleet of workers (static URLs or etcd)")
+    add_options(router, RouterOptions)
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "generate":
@@ -46,6 +49,14 @@ def main(argv: list[str] | None = None) -> int:
             return run_serve(build(ServeConfig, args))
         except ModelNotFoundError as e:
             print(f"inferd: {e}", file=sys.stderr)
+            return 2
+    if args.command == "router":
+        from inferd.commands.router import run_router
+
+        try:
+            return run_router(build(RouterOptions, args))
+        except (ValueError, ImportError, OSError) as e:  # bad flags, no etcd client, no tokenizer file
+            print(f"inferd router: {e}", file=sys.stderr)
             return 2
     if args.command == "bench":
         from inferd.commands.bench import run_bench

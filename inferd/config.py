@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from inferd.discovery.record import DEFAULT_PREFIX
+
 
 def option(default, help: str, flag: str | None = None, short: str | None = None):
     return field(default=default, metadata={"help": help, "flag": flag, "short": short})
@@ -17,6 +19,7 @@ class ModelOptions:
     dtype: str = option("auto", "weight and activation dtype: auto (bfloat16), bfloat16, float16, float32")
     device: str = option("auto", "auto (cuda when torch sees a GPU, else cpu), cpu, cuda, cuda:N")
     threads: int = option(0, "CPU threads for torch; 0 = torch's default", short="-t")
+    weights: str = option("auto", "weight format: auto (int8 projections, int4 LM head on CPU; as --dtype on CUDA), bf16 (as --dtype), int8, int4")
 
 
 @dataclass
@@ -54,8 +57,40 @@ class ServerOptions:
     data_dir: str | None = option(None, "folder for stored state (Responses API); default: $XDG_DATA_HOME/inferd or ~/.local/share/inferd")
     responses_ttl: float = option(30 * 24 * 3600.0, "seconds a stored response is kept")
     responses_max: int = option(10000, "stored responses kept; the oldest go first")
+    register: str | None = option(None, "etcd://HOST:PORT: register this worker in etcd under a lease, for `inferd router --etcd`")
+    register_prefix: str = option(DEFAULT_PREFIX, "etcd key prefix to register under")
+    register_ttl: float = option(10.0, "lease seconds: a worker that dies without deregistering leaves the fleet after this")
+    advertise_url: str | None = option(None, "URL routers use to reach this worker; default: http://HOST:PORT of the listening socket")
 
 
 @dataclass
 class ServeConfig(ServerOptions, EngineConfig):
     pass
+
+
+@dataclass
+class RouterOptions:
+    host: str = option("127.0.0.1", "address to listen on")
+    port: int = option(8000, "port to listen on; 0 picks a free one (the log prints it)")
+    worker: list[str] = option((), "a worker's base URL, optionally MODEL=URL (repeatable)")
+    etcd: str | None = option(None, "etcd HOST:PORT whose worker registrations make up the fleet")
+    etcd_prefix: str = option(DEFAULT_PREFIX, "etcd key prefix workers register under")
+    policy: str = option("kv-aware", "routing policy: kv-aware, precise, round-robin, least-load, direct")
+    # kv-aware: how much of a prompt must match a worker's tree before locality beats load.
+    cache_threshold: float = option(0.5, "kv-aware: route to the longest prefix match only above this match rate (0..1)")
+    # Imbalanced (the least loaded wins) when both hold: max - min > balance_abs, max > balance_rel x min.
+    balance_abs: int = option(8, "kv-aware: in-flight gap between busiest and idlest worker that may count as imbalance")
+    balance_rel: float = option(1.5, "kv-aware: busiest/idlest in-flight ratio that may count as imbalance")
+    max_tree_chars: int = option(2_000_000, "kv-aware: characters of routed prompts remembered per worker (least recently used go first)")
+    kv_overlap_weight: float = option(1.0, "precise: cost weight of each prompt block a worker must still prefill")
+    tokenizer: str | None = option(None, "precise: the fleet's model (.gguf or Hugging Face folder) for its tokenizer and chat template; default: the bundled model")
+    health_interval: float = option(2.0, "seconds between health checks of each worker; 0 = none (always ready)")
+    breaker_failures: int = option(3, "consecutive failures that take a worker out of rotation")
+    breaker_successes: int = option(2, "consecutive successes that bring it back")
+    breaker_cooldown: float = option(5.0, "seconds an unhealthy worker gets no traffic before it is tried again")
+    request_timeout: float = option(600.0, "seconds a worker may take to answer a non-streaming request; 0 = no limit")
+    worker_api_key: str | None = option(None, "API key sent to workers as 'Authorization: Bearer'")
+    api_key: list[str] = option((), "API key clients must send (repeatable)")
+    metrics: bool = option(True, "serve Prometheus metrics at /metrics")
+    max_body_size: int = option(8 * 2**20, "largest request body accepted, in bytes")
+    shutdown_timeout: float = option(30.0, "seconds in-flight requests may take to finish on SIGTERM")

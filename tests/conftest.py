@@ -25,3 +25,14 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory) -> Path:
     return write_tiny_model(tmp_path_factory.mktemp("tiny-llama"), arch="llama")
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory):
+    """A real etcd on free ports (.host, .port, .address = etcd://HOST:PORT); skips when none can be had."""
+    from etcd import EtcdServer, etcd_or_skip
+
+    server = EtcdServer(tmp_path_factory.mktemp("etcd"), binary=etcd_or_skip())
+    server.start()
+    yield server
+    server.stop()

@@ -1,8 +1,9 @@
 """`inferd serve`: load the model behind a listening HTTP server.
 
 The socket opens first (health answers 503 "loading"), weights load on a
-thread, then the engine starts. SIGTERM: stop accepting, let in-flight
-requests finish within --shutdown-timeout, abort the rest, exit 0.
+thread, then the engine starts; with --register the worker then enters etcd.
+SIGTERM: leave etcd first (routers stop sending), then stop accepting, let
+in-flight requests finish within --shutdown-timeout, abort the rest, exit 0.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import uvicorn
 
 from inferd.chat.template import chat_template_for
 from inferd.config import ServeConfig
+from inferd.discovery import registration
+from inferd.discovery.record import WorkerRecord
 from inferd.engine.async_engine import AsyncEngine
 from inferd.engine.engine import Engine
 from inferd.models.loader import load_model, resolve_model_path
@@ -48,12 +51,13 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def load_engine(state: ServerState) -> None:
+def load_engine(state: ServerState, on_ready=None) -> None:
+    """`on_ready()` is called (on this thread) once the engine serves."""
     config = state.config
     try:
         if config.threads:
             torch.set_num_threads(config.threads)
-        loaded = load_model(config.model, config.dtype, config.device)
+        loaded = load_model(config.model, config.dtype, config.device, config.weights)
         state.template = chat_template_for(loaded.tokenizer, config.chat_template)
         attach_chat_features(state, loaded)
         engine = Engine(loaded, config)
@@ -71,10 +75,22 @@ def load_engine(state: ServerState) -> None:
         loaded.device, loaded.load_seconds, engine.pool.num_blocks, engine.pool.block_size, config.parallel,
         engine.max_model_len,
     )
+    if on_ready is not None:
+        on_ready()
+
+
+def worker_record(state: ServerState, url: str) -> WorkerRecord:
+    config = state.config
+    return WorkerRecord(id=registration.worker_id_for(url), url=url, model=state.model_name,
+                        parallel=config.parallel, block_size=config.block_size, capabilities=["kv-events"])
 
 
 def run_serve(config: ServeConfig) -> int:
     name, _ = resolve_model_path(config.model)  # fails fast on a bad path
+    if config.register:
+        registration.check_options(config.register, config.register_ttl)
+        if config.host.endswith(".sock") and not config.advertise_url:
+            raise SystemExit("inferd: --register on a Unix socket needs --advertise-url (routers connect over HTTP)")
     state = ServerState(config=config, model_name=name, api_keys=read_api_keys(config))
     if config.metrics:
         state.metrics = server_metrics(state)
@@ -96,19 +112,35 @@ def run_serve(config: ServeConfig) -> int:
     ))
 
     async def main() -> None:
+        loop = server.loop = asyncio.get_running_loop()
         serving = asyncio.create_task(server.serve())
         while not server.started:
             if serving.done():
                 return await serving
             await asyncio.sleep(0.05)
+        tcp = []
         for s in server.servers:
             for sock in s.sockets:
                 address = sock.getsockname()
                 where = address if isinstance(address, str) else f"http://{address[0]}:{address[1]}"
                 log.info("listening on %s", where)
-        threading.Thread(target=load_engine, args=(state,), name="inferd-load", daemon=True).start()
+                if not isinstance(address, str):
+                    tcp.append(address)
+        on_ready = None
+        if config.register:
+            url = (config.advertise_url or registration.default_advertise_url(tcp[0])).rstrip("/")
+            reg = registration.Registration(config.register, worker_record(state, url), config.register_prefix,
+                                            config.register_ttl)
+            server.before_drain = reg.stop
+
+            def on_ready():  # a router must never see a worker that is still loading
+                loop.call_soon_threadsafe(reg.start)
+
+        threading.Thread(target=load_engine, args=(state, on_ready), name="inferd-load", daemon=True).start()
         await serving
         state.draining = True
+        if server.before_drain is not None:
+            await server.before_drain()  # already done on SIGTERM; here for any other way out
         if state.engine is not None:
             state.engine.shutdown()
 
@@ -117,14 +149,41 @@ def run_serve(config: ServeConfig) -> int:
 
 
 class _Server(uvicorn.Server):
-    """Marks the state draining the moment a stop signal arrives, so health says so."""
+    """Marks the state draining the moment a stop signal arrives, so health
+    says so. With `before_drain` (leaving etcd), the drain waits for it: new
+    requests are still served until routers have stopped sending them."""
 
     def __init__(self, state: ServerState, config: uvicorn.Config):
         super().__init__(config)
         self.state = state
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.before_drain = None  # async callable
+        self._leaving = False
+        self._leave_task: asyncio.Task | None = None
 
     def handle_exit(self, sig, frame) -> None:
         self.state.draining = True
+        if self.before_drain is not None and not self._leaving and self.loop is not None:
+            # A signal handler may interrupt the loop anywhere: hand over through the thread-safe door.
+            self._leaving = True
+            self.loop.call_soon_threadsafe(self._leave_then_drain, sig, frame)
+            return
+        self._drain(sig, frame)
+
+    def _leave_then_drain(self, sig, frame) -> None:
+        async def leave():
+            try:
+                await self.before_drain()
+            except Exception:
+                log.exception("leaving the fleet failed; draining anyway")
+            if not self.should_exit:  # a second signal may have started the drain already
+                self._drain(sig, frame)
+
+        self._leave_task = asyncio.ensure_future(leave())
+
+    def _drain(self, sig, frame) -> None:
+        if self.state.engine is not None:
+            self.state.engine.kv_events.close()  # endless streams would hold the drain to its timeout
         super().handle_exit(sig, frame)
         # uvicorn re-raises captured signals after a graceful stop, which would
         # make a clean drain exit -15; the drain is the whole answer to SIGTERM.

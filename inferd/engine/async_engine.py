@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from inferd.engine.engine import Engine
+from inferd.engine.kv_events import KvEventHub, KvSubscription
 from inferd.engine.outputs import EngineStats, RequestOutput
 from inferd.engine.request import Priority
 from inferd.engine.sampling_params import SamplingParams
@@ -142,10 +143,30 @@ class AsyncEngine:
         """Run `fn(engine)` between steps on the engine thread."""
         call = _Call(fn)
         self._commands.put(call)
-        await asyncio.get_running_loop().run_in_executor(None, call.done.wait)
+        await asyncio.get_running_loop().run_in_executor(None, self._wait, call)
         if call.error is not None:
             raise call.error
         return call.result
+
+    def _wait(self, call: _Call) -> None:
+        # A call queued as the engine stopped never runs: do not wait for it forever.
+        while not call.done.wait(0.5):
+            if not self._thread.is_alive() and not call.done.is_set():
+                call.error = EngineDeadError("the engine has shut down")
+                return
+
+    async def subscribe_kv_events(self) -> KvSubscription:
+        """The cached block hashes now, then every change after them. Taken
+        between steps, so no change falls between the snapshot and the stream.
+        Read it on this event loop; `close()` it when done."""
+        if self._stop.is_set():
+            raise EngineDeadError("the engine has shut down")
+        loop = asyncio.get_running_loop()
+        return await self.call(lambda engine: engine.kv_events.subscribe(loop))
+
+    @property
+    def kv_events(self) -> KvEventHub:
+        return self.engine.kv_events
 
     def stats(self) -> EngineStats:
         """The snapshot taken after the latest step (never blocks)."""
@@ -155,6 +176,7 @@ class AsyncEngine:
         self._stop.set()
         self._commands.put(None)
         self._thread.join(timeout)
+        self.engine.kv_events.close()
 
     # -- engine thread -------------------------------------------------------
     def _loop(self) -> None:
@@ -169,6 +191,8 @@ class AsyncEngine:
                 log.exception("engine step failed; ending the requests in flight")
                 outputs = engine.fail_all("internal engine error; see the server log")
             self._stats = engine.stats()
+            # Before the outputs: a client that has its answer finds its blocks in the events already.
+            engine.kv_events.publish()
             for out in outputs:
                 self._deliver(out)
         for out in engine.fail_all("the server is shutting down"):

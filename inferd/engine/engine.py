@@ -13,6 +13,7 @@ from inferd.chat.reasoning import think_markers
 from inferd.config import EngineConfig
 from inferd.engine.detokenizer import IncrementalDetokenizer
 from inferd.engine.kv_cache import BlockPool
+from inferd.engine.kv_events import KvEventHub
 from inferd.engine.loop_guard import LoopGuard
 from inferd.engine.outputs import EngineStats, RequestOutput, RequestTiming, SlotState, Usage
 from inferd.engine.request import Priority, Request, RequestStatus
@@ -55,6 +56,7 @@ class Engine:
         self.max_model_len = max_len
         bytes_per_token = ModelRunner.kv_bytes_per_token(loaded.model, loaded.dtype)
         self.pool = BlockPool(kv_pool_blocks(config, bytes_per_token), config.block_size)
+        self.kv_events = KvEventHub(self.pool)  # published by the step loop's owner (AsyncEngine)
         self.scheduler = Scheduler(
             SchedulerConfig(
                 max_num_seqs=config.parallel,

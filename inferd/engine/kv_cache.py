@@ -14,6 +14,9 @@ Contract
   block's hash: that is the LRU eviction order.
 - Block ids are never shared between two sequences except through
   `match_prefix`; a shared block is read-only (only full blocks are shared).
+- A `listener`, when set, hears every hash as it is registered
+  (`block_stored`) and as it is forgotten (`block_removed`: eviction or
+  reset), in that order; the pool never depends on it otherwise.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 # The hash of the (virtual) block before the first one.
 ROOT_HASH = 0
@@ -38,6 +42,12 @@ def prefix_block_hashes(token_ids: Sequence[int], block_size: int, start: int = 
         parent = block_hash(parent, token_ids[i * block_size : (i + 1) * block_size])
         hashes.append(parent)
     return hashes
+
+
+class BlockListener(Protocol):
+    def block_stored(self, h: int) -> None: ...
+
+    def block_removed(self, h: int) -> None: ...
 
 
 class NoFreeBlocksError(RuntimeError):
@@ -67,6 +77,7 @@ class BlockPool:
         self.cached: dict[int, int] = {}  # hash -> block id
         self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.stats = CacheStats()
+        self.listener: BlockListener | None = None  # set only while someone watches (KV events)
 
     @property
     def num_free(self) -> int:
@@ -119,6 +130,8 @@ class BlockPool:
         if self.hash_of[block] is None and h not in self.cached:
             self.hash_of[block] = h
             self.cached[h] = block
+            if self.listener is not None:
+                self.listener.block_stored(h)
 
     def reset_prefix_cache(self) -> int:
         """Forget every cached hash of a free block; returns how many."""
@@ -136,3 +149,5 @@ class BlockPool:
             self.hash_of[block] = None
             if count:
                 self.stats.evictions += 1
+            if self.listener is not None:
+                self.listener.block_removed(h)

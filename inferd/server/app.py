@@ -10,7 +10,7 @@ from inferd.server.body_limits import BodyLimits
 from inferd.server.errors import install_error_handlers
 from inferd.server.metrics import RequestMetrics
 from inferd.server.routes import anthropic as anthropic_routes
-from inferd.server.routes import cache, health, llamacpp, metrics, openai
+from inferd.server.routes import cache, health, kv_events, llamacpp, metrics, openai
 from inferd.server.routes import ollama as ollama_routes
 from inferd.server.routes import responses as responses_routes
 from inferd.server.state import ServerState
@@ -30,6 +30,7 @@ def build_app(state: ServerState) -> FastAPI:
     app.include_router(responses_routes.router)
     app.include_router(metrics.router)
     app.include_router(cache.router)
+    app.include_router(kv_events.router)
     app.include_router(llamacpp.router)
     app.include_router(ollama_routes.router)
     return app

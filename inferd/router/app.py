@@ -1,0 +1,41 @@
+"""The router's FastAPI application: the same client routes as `inferd serve`,
+forwarded, plus the router's own (fleet, health, metrics, model lists)."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from inferd import __version__
+from inferd.router import admin_routes
+from inferd.router.assemble import start_router, stop_router
+from inferd.router.client_routes import client_routes
+from inferd.router.state import RouterState
+from inferd.server.auth import ApiKeyAuth
+from inferd.server.body_limits import BodyLimits
+from inferd.server.errors import install_error_handlers
+
+
+def build_router_app(state: RouterState, *, manage: bool = True) -> FastAPI:
+    """`manage`: start and stop the background work (static workers, health
+    checks, etcd) with the app; tests that drive those themselves say False."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        if manage:
+            await start_router(state)
+        try:
+            yield
+        finally:
+            if manage:
+                await stop_router(state)
+
+    app = FastAPI(title="inferd router", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.state.router = state
+    install_error_handlers(app)
+    app.add_middleware(BodyLimits, max_body_size=state.config.max_body_size)
+    app.add_middleware(ApiKeyAuth, state=state)  # health stays open, as on workers
+    app.include_router(admin_routes.router)
+    app.router.routes.extend(client_routes())
+    return app

@@ -1,0 +1,54 @@
+"""Which headers cross the router, each way.
+
+Hop-by-hop headers describe one connection and never cross a proxy. The
+router also drops what it sets itself: Host and Content-Length (recomputed),
+Accept-Encoding (workers answer uncompressed, so bytes pass through as they
+are), and its own routing header. Client keys for the router are not the
+workers' keys: with --worker-api-key they are replaced; with router keys of
+its own they are dropped; with neither they pass through unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+HOP_BY_HOP = frozenset({
+    b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"proxy-connection",
+    b"te", b"trailer", b"transfer-encoding", b"upgrade",
+})
+_SET_BY_ROUTER = frozenset({b"host", b"content-length", b"accept-encoding", b"x-worker-id"})
+_KEYS = frozenset({b"authorization", b"x-api-key"})
+
+WORKER_HEADER = b"x-inferd-worker"  # on every forwarded answer: which worker produced it
+
+
+def _named_in_connection(headers: Iterable[tuple[bytes, bytes]]) -> set[bytes]:
+    """`Connection: close, x-foo` makes x-foo hop-by-hop too."""
+    named = set()
+    for name, value in headers:
+        if name.lower() == b"connection":
+            named |= {part.strip().lower() for part in value.split(b",") if part.strip()}
+    return named
+
+
+def request_headers(client: list[tuple[bytes, bytes]], worker_api_key: str | None,
+                    router_has_keys: bool) -> list[tuple[bytes, bytes]]:
+    drop = HOP_BY_HOP | _SET_BY_ROUTER | _named_in_connection(client)
+    if worker_api_key or router_has_keys:
+        drop |= _KEYS
+    out = [(n, v) for n, v in client if n.lower() not in drop]
+    if worker_api_key:
+        out.append((b"authorization", b"Bearer " + worker_api_key.encode()))
+    out.append((b"accept-encoding", b"identity"))
+    return out
+
+
+def response_headers(upstream: list[tuple[bytes, bytes]], worker_id: str,
+                     content_length: int | None = None) -> list[tuple[bytes, bytes]]:
+    # The router's own server adds Date and Server; the worker's would repeat them.
+    drop = HOP_BY_HOP | {b"content-length", b"date", b"server"} | _named_in_connection(upstream)
+    out = [(n.lower(), v) for n, v in upstream if n.lower() not in drop]
+    out.append((WORKER_HEADER, worker_id.encode()))
+    if content_length is not None:
+        out.append((b"content-length", str(content_length).encode()))
+    return out

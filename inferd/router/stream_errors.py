@@ -1,0 +1,89 @@
+"""Ending a forwarded stream cleanly when its worker fails mid-answer.
+
+Bytes pass through unchanged, but only whole events (SSE, up to a blank
+line) or whole lines (NDJSON) are released; a worker that dies mid-event
+leaves a fragment the client never sees. Then the stream ends with an error
+event in its own dialect, the same one an inferd worker sends when it fails
+itself, so the client's SDK raises instead of hanging or parsing garbage.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from inferd.server.errors import APIError
+
+_SEQUENCE = re.compile(rb'"sequence_number":\s*(\d+)')
+_ANTHROPIC_PATHS = ("/v1/messages", "/messages")
+_RESPONSES_PATHS = ("/v1/responses", "/responses")
+
+
+class WorkerFailed(APIError):
+    """The worker went away after part of the answer was sent."""
+
+
+def _framing(content_type: str) -> str:
+    media = content_type.split(";")[0].strip().lower()
+    if media == "text/event-stream":
+        return "sse"
+    if media in ("application/x-ndjson", "application/jsonl", "application/json-lines"):
+        return "ndjson"
+    return "raw"
+
+
+def _sse_end(data: bytes) -> int:
+    """Where the last complete SSE event ends (0: none yet)."""
+    ends = [i + len(sep) for sep in (b"\n\n", b"\r\n\r\n") if (i := data.rfind(sep)) >= 0]
+    return max(ends, default=0)
+
+
+class StreamCutter:
+    def __init__(self, path: str, content_type: str):
+        self.path = path
+        self.framing = _framing(content_type)
+        self.pending = b""
+        self.last_sequence: int | None = None  # Responses events are numbered; the error continues the count
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The bytes that may go to the client now."""
+        if self.framing == "raw":
+            return chunk
+        data = self.pending + chunk
+        end = _sse_end(data) if self.framing == "sse" else data.rfind(b"\n") + 1
+        ready, self.pending = data[:end], data[end:]
+        if ready and self.framing == "sse":
+            numbers = _SEQUENCE.findall(ready)
+            if numbers:
+                self.last_sequence = int(numbers[-1])
+        return ready
+
+    def flush(self) -> bytes:
+        """The upstream ended normally: whatever it sent last goes too."""
+        rest, self.pending = self.pending, b""
+        return rest
+
+    def error(self, err: APIError) -> bytes:
+        """The closing error event; the fragment of a cut event is dropped."""
+        self.pending = b""
+        if self.framing == "ndjson":
+            return json.dumps({"error": err.message}, ensure_ascii=False).encode() + b"\n"
+        if self.framing != "sse":
+            return b""  # not a stream format we can append to: the cut is the signal
+        return self._sse_error(err).encode()
+
+    def _sse_error(self, err: APIError) -> str:
+        if self.path in _ANTHROPIC_PATHS:
+            from inferd.api.anthropic.errors import anthropic_error, error_envelope
+            from inferd.api.anthropic.stream import event
+
+            return event(error_envelope(anthropic_error(err)))
+        if self.path in _RESPONSES_PATHS:
+            from inferd.api.responses.stream import Sequencer
+
+            seq = Sequencer()
+            seq.next = 0 if self.last_sequence is None else self.last_sequence + 1
+            return seq.event("error", code=err.code or err.type, message=err.message, param=err.param)
+        from inferd.server.streaming import openai_error_event
+
+        return openai_error_event(err)

@@ -1,0 +1,115 @@
+"""The fleet view: membership, what each worker serves, who may take a request."""
+
+from __future__ import annotations
+
+from inferd.discovery.record import WorkerRecord
+from inferd.router.breaker import CircuitBreaker
+from inferd.router.fleet import Fleet
+
+
+class RecordingPolicy:
+    name = "recording"
+
+    def __init__(self):
+        self.removed: list[str] = []
+
+    def on_worker_removed(self, worker_id: str) -> None:
+        self.removed.append(worker_id)
+
+
+def fleet_of(*records: WorkerRecord, attach=None) -> tuple[Fleet, RecordingPolicy]:
+    policy = RecordingPolicy()
+    fleet = Fleet(policy, attach=attach)
+    for r in records:
+        fleet.upsert(r, "etcd")
+    return fleet, policy
+
+
+def record(worker_id: str, model: str | None = None, url: str | None = None, **fields) -> WorkerRecord:
+    return WorkerRecord(id=worker_id, url=url or f"http://{worker_id}:8080", model=model, **fields)
+
+
+def ids(workers) -> list[str]:
+    return [w.id for w in workers]
+
+
+def test_upsert_adds_then_updates_in_place_keeping_load_and_breaker():
+    fleet, policy = fleet_of(record("a", "m"))
+    a = fleet.get("a")
+    a.in_flight = 2
+    a.breaker.record_failure()
+    again = fleet.upsert(record("a", "m", parallel=8, capabilities=["kv-events"]), "etcd")
+    assert again is a
+    assert (a.parallel, a.capabilities, a.in_flight, a.breaker.failures) == (8, frozenset({"kv-events"}), 2, 1)
+    assert policy.removed == []
+
+
+def test_a_new_url_is_a_new_process():
+    stopped = []
+    fleet, policy = fleet_of(record("a", "m"), attach=lambda w: lambda: stopped.append(w.url))
+    old = fleet.get("a")
+    new = fleet.upsert(record("a", "m", url="http://a:9090"), "etcd")
+    assert new is not old and new.url == "http://a:9090"
+    assert policy.removed == ["a"]  # what the policy believed the old process held is gone
+    assert stopped == ["http://a:8080"]
+
+
+def test_remove_tells_the_policy_and_stops_what_was_attached():
+    stopped = []
+    fleet, policy = fleet_of(record("a"), record("b"), attach=lambda w: lambda: stopped.append(w.id))
+    fleet.model_cards["a"] = [{"id": "m"}]
+    assert fleet.remove("a").id == "a"
+    assert (ids(fleet.workers.values()), policy.removed, stopped, fleet.model_cards) == (["b"], ["a"], ["a"], {})
+    assert fleet.remove("a") is None
+    assert policy.removed == ["a"]
+
+
+def test_attach_may_decline():
+    fleet, _ = fleet_of(record("a"), attach=lambda w: None)
+    fleet.remove("a")  # nothing to stop
+
+
+def test_retain_removes_only_missing_workers_of_that_source():
+    fleet, policy = fleet_of(record("a"), record("b"))
+    fleet.upsert(record("s", url="http://s:1"), "static")
+    fleet.retain("etcd", ["b"])
+    assert ids(fleet.workers.values()) == ["b", "s"]
+    assert policy.removed == ["a"]
+
+
+def test_candidates_serve_the_model_and_unknown_models_take_any():
+    fleet, _ = fleet_of(record("a", "m1"), record("b", "m2"), record("c"))
+    fleet.model_cards["a"] = [{"id": "m1"}, {"id": "alias-1"}]
+    assert ids(fleet.candidates("m1")) == ["a", "c"]
+    assert ids(fleet.candidates("alias-1")) == ["a", "c"]
+    assert ids(fleet.candidates("m2:latest")) == ["b", "c"]  # Ollama's default tag
+    assert ids(fleet.candidates(None)) == ["a", "b", "c"]
+    assert ids(fleet.candidates("m1", exclude=["a"])) == ["c"]
+
+
+def test_a_name_no_worker_serves_goes_to_every_routable_worker():
+    fleet, _ = fleet_of(record("a", "m1"), record("b", "m2"))
+    assert ids(fleet.candidates("nobody")) == ["a", "b"]
+
+
+def test_a_served_name_whose_workers_are_down_has_no_candidates():
+    fleet, _ = fleet_of(record("a", "m1"), record("b", "m2"))
+    fleet.get("a").ready = False
+    assert fleet.candidates("m1") == []
+    assert ids(fleet.routable()) == ["b"]
+
+
+def test_unroutable_workers_are_never_candidates():
+    fleet = Fleet(RecordingPolicy(), breaker=lambda: CircuitBreaker(failure_threshold=1, clock=lambda: 0.0))
+    for r in (record("a"), record("b"), record("c")):
+        fleet.upsert(r, "static")
+    fleet.get("a").ready = False
+    fleet.get("b").breaker.record_failure()
+    assert ids(fleet.candidates(None)) == ["c"]
+    assert [w.state for w in fleet.workers.values()] == ["not-ready", "unhealthy", "ready"]
+
+
+def test_served_models_is_the_union_in_fleet_order():
+    fleet, _ = fleet_of(record("a", "m1"), record("b", "m2"), record("c"))
+    fleet.model_cards["b"] = [{"id": "m2"}, {"id": "gpt-4o-mini"}]
+    assert fleet.served_models() == ["m1", "gpt-4o-mini", "m2"]

@@ -1,0 +1,92 @@
+"""Precise mode's wiring: prompt token ids as a worker computes them, and a
+KV-event subscription for each worker."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from inferd.chat.template import chat_template_for
+from inferd.config import RouterOptions, ServeConfig
+from inferd.engine.async_engine import AsyncEngine
+from inferd.engine.engine import Engine
+from inferd.models.loader import load_model
+from inferd.router.assemble import build_router_state, start_router, stop_router
+from inferd.router.prompt_tokens import PromptTokenizer
+from inferd.server.app import build_app
+from inferd.server.chat_features import attach_chat_features
+from inferd.server.state import ServerState
+
+CHAT = {"model": "tiny", "max_tokens": 1, "messages": [
+    {"role": "system", "content": "be brief"}, {"role": "user", "content": "what is a prefix cache?"}]}
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}]
+
+
+@pytest.fixture(scope="module")
+def worker(tiny_model_dir):
+    loaded = load_model(str(tiny_model_dir), dtype="float32")
+    config = ServeConfig(ctx_size=1024, parallel=2, block_size=4)
+    state = ServerState(config=config, model_name="tiny")
+    state.engine = AsyncEngine(Engine(loaded, config))
+    state.template = chat_template_for(loaded.tokenizer)
+    attach_chat_features(state, loaded)
+    yield build_app(state)
+    state.engine.shutdown()
+
+
+def ask(app, path: str, body: dict) -> dict:
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
+            r = await c.post(path, json=body)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("body", [CHAT, {**CHAT, "tools": TOOLS}, {**CHAT, "tools": TOOLS, "tool_choice": "none"}],
+                         ids=["plain", "tools", "tool-choice-none"])
+def test_chat_prompt_tokens_are_the_workers(worker, tiny_model_dir, body):
+    tokenize = PromptTokenizer.for_model(str(tiny_model_dir))
+    assert len(tokenize("/v1/chat/completions", body)) == ask(worker, "/v1/chat/completions", body)["usage"][
+        "prompt_tokens"]
+
+
+def test_messages_and_completions_prompt_tokens_are_the_workers(worker, tiny_model_dir):
+    tokenize = PromptTokenizer.for_model(str(tiny_model_dir))
+    messages = {"model": "tiny", "system": "be brief", "messages": [{"role": "user", "content": "hello"}]}
+    counted = ask(worker, "/v1/messages/count_tokens", messages)["input_tokens"]
+    assert len(tokenize("/v1/messages", {**messages, "max_tokens": 4})) == counted
+    completion = {"model": "tiny", "prompt": "once upon a time", "max_tokens": 1}
+    assert len(tokenize("/v1/completions", completion)) == ask(worker, "/v1/completions", completion)["usage"][
+        "prompt_tokens"]
+
+
+def test_what_cannot_be_rendered_has_no_tokens(tiny_model_dir):
+    tokenize = PromptTokenizer.for_model(str(tiny_model_dir))
+    assert tokenize("/v1/chat/completions", {"messages": "not a list"}) is None
+    assert tokenize("/v1/messages", {"messages": []}) is None  # no max_tokens: the worker's 400
+    assert tokenize("/api/generate", {"prompt": "hi"}) is None
+
+
+def test_precise_mode_follows_each_workers_kv_events(tiny_model_dir):
+    config = RouterOptions(worker=["http://127.0.0.1:1"], policy="precise", tokenizer=str(tiny_model_dir),
+                           health_interval=0)
+    state = build_router_state(config)
+
+    async def main():
+        await start_router(state)
+        try:
+            worker = state.fleet.get("http://127.0.0.1:1")
+            assert worker.capabilities == frozenset({"kv-events"})
+            assert state.subscriber.following() == ["http://127.0.0.1:1"]
+            state.fleet.remove(worker.id)
+            await asyncio.sleep(0)
+            assert state.subscriber.following() == []
+        finally:
+            await stop_router(state)
+
+    asyncio.run(main())
+    assert state.policy.fallback.name == "precise"
