@@ -17,7 +17,7 @@ def run_generate(config: EngineConfig, args: argparse.Namespace) -> int:
     if config.threads:
         torch.set_num_threads(config.threads)
     try:
-        loaded = load_model(config.model, config.dtype, config.device)
+        loaded = load_model(config.model, config.dtype, config.device, config.weights)
     except (ModelNotFoundError, ValueError) as e:
         print(f"inferd: {e}", file=sys.stderr)
         return 2

