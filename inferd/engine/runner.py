@@ -113,10 +113,10 @@ class ModelRunner:
 
     def _gather_view(self, tables, lengths, starts, width) -> ContextView:
         pos = starts[:, None] + torch.arange(width)[None, :]  # [B, width]
-        mask = pos < lengths[:, None]
+        bias = torch.zeros(pos.shape).masked_fill_(pos >= lengths[:, None], float("-inf"))
         pos = torch.minimum(pos, (lengths - 1)[:, None])
         slot_rows = [self._slots(t, p) for t, p in zip(tables, pos)]
-        return ContextView(slots=torch.stack(slot_rows).to(self.device), mask=mask[:, None, None, :].to(self.device))
+        return ContextView(slots=torch.stack(slot_rows).to(self.device), mask=bias[:, None, None, :].to(self.device))
 
     def _prefill_span(self, row: int, start: int, n: int, table: torch.Tensor) -> PrefillSpan:
         length = start + n

@@ -50,6 +50,10 @@ def load_cached_state(cache_file: Path) -> dict[str, torch.Tensor] | None:
     except Exception as error:  # a damaged cache is rebuilt, never fatal
         log.warning("ignoring unreadable weight cache %s: %s", cache_file, error)
         return None
+    # The file's tensors are views of one mapping at 8-byte offsets; the int8
+    # kernel faults on weights that are not 64-byte aligned, so copy each into
+    # an allocation of its own (torch aligns those to 64 bytes).
+    state = {name: tensor.clone() for name, tensor in state.items()}
     for alias, name in aliases.items():
         state[alias] = state[name]
     return state
