@@ -241,8 +241,19 @@ class GrammarCompiler:
         eos_token_ids = _end_of_sequence_ids(tokenizer)
         self._eos_token_ids = frozenset(eos_token_ids)
         self._llguidance_vocab = max(vocab_size, tokenizer.vocab_size)
-        self._tokenizer = _llguidance_tokenizer(tokenizer, self._llguidance_vocab, eos_token_ids)
+        # Built on first use: for a 262k vocabulary it takes seconds and a
+        # quarter gigabyte that servers never asked for structured output need not pay.
+        self._build_tokenizer = lambda: _llguidance_tokenizer(tokenizer, self._llguidance_vocab, eos_token_ids)
+        self._tokenizer_value = None
+        self._tokenizer_lock = threading.Lock()
         self.cache: BoundedLruCache[GrammarSpec, CompiledGrammar] = BoundedLruCache(max_cache_entries, max_cache_bytes)
+
+    @property
+    def _tokenizer(self):
+        with self._tokenizer_lock:
+            if self._tokenizer_value is None:
+                self._tokenizer_value = self._build_tokenizer()
+            return self._tokenizer_value
 
     @property
     def eos_token_ids(self) -> frozenset[int]:

@@ -39,8 +39,11 @@ class ModelRunner:
         self.device = device
         self.window = cfg.sliding_window if any(cfg.is_sliding(i) for i in range(cfg.num_layers)) else None
         shape = (num_blocks * block_size, cfg.num_kv_heads, cfg.head_dim)
+        # Uninitialized: a slot is always written before attention reads it
+        # (padding reads clamp to a written slot), and untouched pages of a
+        # large pool cost no memory until sequences reach them.
         self.kv_caches = [
-            (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+            (torch.empty(shape, dtype=dtype, device=device), torch.empty(shape, dtype=dtype, device=device))
             for _ in range(cfg.num_layers)
         ]
 

@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import struct
 import uuid
 from pathlib import Path
 
@@ -28,6 +29,8 @@ from inferd.models.tokenizer_cache import directory_accepts_writes, user_cache_d
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "I8": torch.int8, "U8": torch.uint8,
+           "I32": torch.int32, "I64": torch.int64}
 
 
 def weight_cache_file(model_path: Path, label: str) -> Path:
@@ -42,21 +45,39 @@ def weight_cache_file(model_path: Path, label: str) -> Path:
 def load_cached_state(cache_file: Path) -> dict[str, torch.Tensor] | None:
     """The cached state dict, or None when there is no readable one."""
     try:
-        with safetensors.safe_open(str(cache_file), framework="pt") as f:
-            aliases = json.loads((f.metadata() or {}).get("aliases", "{}"))
-        state = safetensors.torch.load_file(str(cache_file))
+        state, aliases = _read_safetensors(cache_file)
     except FileNotFoundError:
         return None
     except Exception as error:  # a damaged cache is rebuilt, never fatal
         log.warning("ignoring unreadable weight cache %s: %s", cache_file, error)
         return None
-    # The file's tensors are views of one mapping at 8-byte offsets; the int8
-    # kernel faults on weights that are not 64-byte aligned, so copy each into
-    # an allocation of its own (torch aligns those to 64 bytes).
-    state = {name: tensor.clone() for name, tensor in state.items()}
     for alias, name in aliases.items():
         state[alias] = state[name]
     return state
+
+
+def _read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Read each tensor straight into its own allocation.
+
+    Not through a memory map: mapped tensors sit at 8-byte offsets (the int8
+    kernel faults on weights that are not 64-byte aligned), and copying them
+    out would hold the mapping and the copies at once, doubling peak memory.
+    """
+    with open(path, "rb") as f:
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(header_len))
+        aliases = json.loads(header.pop("__metadata__", {}).get("aliases", "{}"))
+        data_start = 8 + header_len
+        state = {}
+        for name, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
+            begin, end = info["data_offsets"]
+            tensor = torch.empty(info["shape"], dtype=_DTYPES[info["dtype"]])
+            view = tensor.view(-1).view(torch.uint8).numpy() if tensor.numel() else memoryview(b"")
+            f.seek(data_start + begin)
+            if f.readinto(view) != end - begin:
+                raise ValueError(f"{name}: truncated")
+            state[name] = tensor
+    return state, aliases
 
 
 def store_state(cache_file: Path, model: nn.Module) -> bool:
