@@ -32,11 +32,11 @@ class CausalLM(nn.Module):
         self.cfg = cfg
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        self.quantized_head: nn.Module | None = None  # set by arch.quantize; replaces lm_head
+        self.fast_head: nn.Module | None = None  # a quantized or packed head (arch.quantize); replaces lm_head
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self.quantized_head is not None:
-            return self.quantized_head(hidden).float()
+        if self.fast_head is not None:
+            return self.fast_head(hidden).float()
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return torch.nn.functional.linear(hidden, weight).float()
 

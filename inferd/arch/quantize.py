@@ -1,14 +1,17 @@
-"""Swap a loaded model's linear layers and LM head for quantized ones.
+"""Fit a loaded model's projections and LM head to the CPU kernels.
 
 Schemes (`--weights`):
-- `bf16`: weights stay in the engine dtype.
-- `int8`: every projection and the LM head in int8 only.
-- `int4`: every projection and the LM head in int4 only (projections whose
-  shape the int4 kernel cannot take fall back to int8).
-- `auto`: on CPU, int8 projections and an int4 LM head for steps of a few
-  rows (decode), the dense weights for wider steps (prefill, large decode
-  batches); see `QuantizedLinear`. On CUDA, where these kernels do not run,
+- `bf16`: every weight in the engine dtype; on CPU the projections and a
+  copy of the LM head are reordered once for oneDNN (`PackedLinear`), which
+  gives the same results faster.
+- `auto`: for steps of one or two rows (single-stream decode, bound by
+  memory bandwidth) int8 projections, and an int4 LM head (the largest
+  matrix: 63% of the bundled model's weight bytes) below ~12 rows; wider
+  steps (prefill, batched decode, bound by compute) use the packed bf16
+  projections and the dense head. On CUDA, where these kernels do not run,
   the engine dtype.
+- `int8` / `int4`: every projection and the LM head quantized (projections
+  whose shape the int4 kernel cannot take fall back to int8).
 
 Norms, embeddings (a lookup reads one row per token) and the KV cache stay
 in the engine dtype.
@@ -22,6 +25,7 @@ import torch
 from torch import nn
 
 from inferd.arch.base import CausalLM
+from inferd.arch.packed_linear import PackedLinear, can_pack
 from inferd.arch.quantized_linear import QuantizedLinear, int4_fits
 
 WEIGHT_SCHEMES = ("auto", "bf16", "int8", "int4")
@@ -29,16 +33,17 @@ WEIGHT_SCHEMES = ("auto", "bf16", "int8", "int4")
 
 @dataclass(frozen=True)
 class Quantization:
-    layer_bits: int
+    layer_bits: int | None  # None: projections stay in the engine dtype
     head_bits: int
     # Rows from which the dense weight is used instead; None keeps no dense copy.
-    # Measured crossovers on a 2-core AVX-512 CPU: projections ~5 rows, the 262k-row head ~12.
+    # Measured on a 2-core AVX-512 CPU, whole decode steps: int8 projections
+    # win only at 1-2 rows over packed bf16; the int4 262k-row head below ~12.
     layer_dense_from: int | None = None
     head_dense_from: int | None = None
 
 
 SCHEMES = {
-    "auto": Quantization(8, 4, layer_dense_from=5, head_dense_from=12),
+    "auto": Quantization(8, 4, layer_dense_from=3, head_dense_from=12),
     "int8": Quantization(8, 8),
     "int4": Quantization(4, 4),
 }
@@ -56,8 +61,9 @@ def resolve_weights(scheme: str, dtype: torch.dtype, device: torch.device) -> Qu
 
 
 def quantize_model(model: CausalLM, q: Quantization, dtype: torch.dtype, empty: bool = False) -> None:
-    """Replace every projection and the LM head. `empty`: only the structure,
-    with empty (meta) buffers, for a state dict to fill (the weight cache)."""
+    """Replace the LM head (and the projections, if `q` says) with quantized
+    layers. `empty`: only the structure, with empty (meta) buffers, for a
+    state dict to fill (the weight cache)."""
 
     def swap(weight: torch.Tensor, bias: torch.Tensor | None, bits: int, dense_from: int | None) -> QuantizedLinear:
         if bits == 4 and not int4_fits(weight):
@@ -67,10 +73,32 @@ def quantize_model(model: CausalLM, q: Quantization, dtype: torch.dtype, empty: 
                 return QuantizedLinear(weight.shape[1], weight.shape[0], bits, dtype, bias is not None, dense_from)
         return QuantizedLinear.from_weight(weight.data, None if bias is None else bias.data, bits, dtype, dense_from)
 
-    for module in list(model.modules()):
-        for child_name, child in list(module.named_children()):
-            if isinstance(child, nn.Linear) and child is not model.lm_head:
-                setattr(module, child_name, swap(child.weight, child.bias, q.layer_bits, q.layer_dense_from))
+    if q.layer_bits is not None:
+        for module, name, linear in _projections(model):
+            setattr(module, name, swap(linear.weight, linear.bias, q.layer_bits, q.layer_dense_from))
     head = model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
-    model.quantized_head = swap(head, None, q.head_bits, q.head_dense_from)
+    model.fast_head = swap(head, None, q.head_bits, q.head_dense_from)
     model.lm_head = None  # the quantized head replaces it (and holds its dense weight when kept)
+
+
+def pack_for_cpu(model: CausalLM, dtype: torch.dtype, device: torch.device) -> None:
+    """Reorder every remaining float projection, and the LM head unless it is
+    quantized, for oneDNN; a no-op where that does not apply."""
+    if not can_pack(dtype, device):
+        return
+    for module, name, linear in _projections(model):
+        setattr(module, name, PackedLinear(linear.weight, linear.bias))
+    tied = model.embed_tokens.weight.data_ptr()
+    for module in model.modules():
+        if isinstance(module, QuantizedLinear) and module.dense is not None and module.dense.data_ptr() != tied:
+            module.packed_dense = PackedLinear(module.dense, module.bias)
+            module.dense = None
+    if model.fast_head is None:
+        head = model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
+        model.fast_head = PackedLinear(head, None)
+        model.lm_head = None
+
+
+def _projections(model: CausalLM) -> list[tuple[nn.Module, str, nn.Linear]]:
+    return [(module, name, child) for module in model.modules() for name, child in module.named_children()
+            if isinstance(child, nn.Linear) and child is not model.lm_head]

@@ -84,6 +84,7 @@ class QuantizedLinear(nn.Module):
         self.dense_from_rows = dense_from_rows
         dense = None if dense_from_rows is None else torch.empty(out_features, in_features, dtype=dtype)
         self.register_buffer("dense", dense)
+        self.packed_dense = None  # set by arch.quantize.pack_for_cpu; replaces `dense`
 
     @classmethod
     def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None, bits: int, dtype: torch.dtype,
@@ -100,7 +101,9 @@ class QuantizedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
-        if self.dense is not None and flat.shape[0] >= self.dense_from_rows:
+        if self.dense_from_rows is not None and flat.shape[0] >= self.dense_from_rows:
+            if self.packed_dense is not None:
+                return self.packed_dense(x)
             return torch.nn.functional.linear(x, self.dense, self.bias)
         if self.bits == 4:
             y = torch._weight_int4pack_mm_for_cpu(flat, self.qweight, INT4_GROUP, self.scales)

@@ -12,7 +12,7 @@ import torch
 
 from inferd.arch import build_model
 from inferd.arch.base import CausalLM
-from inferd.arch.quantize import quantize_model, resolve_weights
+from inferd.arch.quantize import pack_for_cpu, quantize_model, resolve_weights
 from inferd.models.config import ModelConfig
 from inferd.models.default import DEFAULT_MODEL_NAME, default_model_path
 from inferd.models.progress import with_progress
@@ -88,6 +88,7 @@ def load_model(model: str | None = None, dtype: str = "auto", device: str = "aut
             quantize_model(net, quantization, torch_dtype)
             store_state(cache_file, net)
             release_freed_memory()
+    pack_for_cpu(net, torch_dtype, torch_device)
     net.eval()
     tokenizer = load_tokenizer(path)
     return LoadedModel(name, str(path), config, net, tokenizer, torch_dtype, torch_device, time.monotonic() - started)

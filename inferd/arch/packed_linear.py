@@ -1,0 +1,35 @@
+"""bf16 linear layers with the weight reordered once for oneDNN.
+
+A plain bf16 `F.linear` on CPU reorders the weight into oneDNN's blocked
+layout on every call; for the small matmuls of decoding that reorder costs
+as much as the product. Reordering once at load makes them 1.5-2x faster
+with bit-identical results (the same kernel runs either way).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+# The row count the layout is tuned for; one layout serves every row count
+# (measured: tuning for 8 rows is as fast at 1 and at 512 as tuning for those).
+_LAYOUT_ROWS = 8
+
+
+def can_pack(dtype: torch.dtype, device: torch.device) -> bool:
+    return dtype == torch.bfloat16 and device.type == "cpu" and torch.backends.mkldnn.is_available()
+
+
+class PackedLinear(nn.Module):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        # An opaque layout: not a state-dict entry (the weight cache keeps the plain weight).
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _LAYOUT_ROWS)
+        self.bias = None if bias is None else bias.detach()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, packed"
