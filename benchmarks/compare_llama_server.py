@@ -185,7 +185,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--parallel", type=int, default=8)
     parser.add_argument("--ctx-size", type=int, default=2048, help="context per sequence")
-    parser.add_argument("--weights", default="auto", help="inferd --weights")
+    parser.add_argument("--weights", default="bf16", help="inferd --weights")
     parser.add_argument("--quick", action="store_true", help="fewer requests per workload")
     parser.add_argument("--json", default=None, help="also write every summary to this file")
     args = parser.parse_args()

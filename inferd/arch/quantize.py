@@ -1,15 +1,15 @@
 """Fit a loaded model's projections and LM head to the CPU kernels.
 
 Schemes (`--weights`):
-- `bf16`: every weight in the engine dtype; on CPU the projections and a
-  copy of the LM head are reordered once for oneDNN (`PackedLinear`), which
-  gives the same results faster.
-- `auto`: for steps of one or two rows (single-stream decode, bound by
+- `bf16` (default): every weight in the engine dtype; on CPU the
+  projections and a copy of the LM head are reordered once for oneDNN
+  (`PackedLinear`), which gives the same results faster.
+- `mixed`: for steps of one or two rows (single-stream decode, bound by
   memory bandwidth) int8 projections, and an int4 LM head (the largest
   matrix: 63% of the bundled model's weight bytes) below ~12 rows; wider
   steps (prefill, batched decode, bound by compute) use the packed bf16
-  projections and the dense head. On CUDA, where these kernels do not run,
-  the engine dtype.
+  projections and the dense head. Faster decoding, lossy: see
+  `benchmarks/weights_agreement.py` for how often it follows bf16.
 - `int8` / `int4`: every projection and the LM head quantized (projections
   whose shape the int4 kernel cannot take fall back to int8).
 
@@ -28,7 +28,7 @@ from inferd.arch.base import CausalLM
 from inferd.arch.packed_linear import PackedLinear, can_pack
 from inferd.arch.quantized_linear import QuantizedLinear, int4_fits
 
-WEIGHT_SCHEMES = ("auto", "bf16", "int8", "int4")
+WEIGHT_SCHEMES = ("bf16", "mixed", "int8", "int4")
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class Quantization:
 
 
 SCHEMES = {
-    "auto": Quantization(8, 4, layer_dense_from=3, head_dense_from=12),
+    "mixed": Quantization(8, 4, layer_dense_from=3, head_dense_from=12),
     "int8": Quantization(8, 8),
     "int4": Quantization(4, 4),
 }
@@ -53,7 +53,7 @@ def resolve_weights(scheme: str, dtype: torch.dtype, device: torch.device) -> Qu
     """The quantization to apply, or None to keep the engine dtype."""
     if scheme not in WEIGHT_SCHEMES:
         raise ValueError(f"--weights {scheme!r} is not one of: {', '.join(WEIGHT_SCHEMES)}")
-    if scheme == "bf16" or scheme == "auto" and (device.type != "cpu" or dtype == torch.float32):
+    if scheme == "bf16":
         return None
     if device.type != "cpu":
         raise ValueError(f"--weights {scheme} runs on CPU only; use --weights bf16 on {device.type}")

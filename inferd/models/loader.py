@@ -76,19 +76,24 @@ def load_model(model: str | None = None, dtype: str = "auto", device: str = "aut
     quantization = resolve_weights(weights, torch_dtype, torch_device)
     config = ModelConfig.from_hf(_read_config(path))
     net = build_model(config)
-    cache_file = None if quantization is None else weight_cache_file(path, f"{quantization}-{torch_dtype}")
+    # Cached: dequantizing a GGUF, and quantizing; safetensors in the engine dtype load fast as they are.
+    cached = torch_device.type == "cpu" and (path.is_file() or quantization is not None)
+    cache_file = weight_cache_file(path, f"{quantization}-{torch_dtype}") if cached else None
     state = None if cache_file is None else load_cached_state(cache_file)
     if state is not None:
-        quantize_model(net, quantization, torch_dtype, empty=True)
+        if quantization is not None:
+            quantize_model(net, quantization, torch_dtype, empty=True)
         net.load_state_dict(state, strict=True, assign=True)
+        del state  # the model holds the tensors now; packing below can free each plain weight
     else:
         tensors, total = _tensors(path, torch_dtype)
         net.load_weights(with_progress(tensors, total, f"loading {name}"), torch_dtype, torch_device)
         if quantization is not None:
             quantize_model(net, quantization, torch_dtype)
+        if cache_file is not None:
             store_state(cache_file, net)
-            release_freed_memory()
     pack_for_cpu(net, torch_dtype, torch_device)
+    release_freed_memory()
     net.eval()
     tokenizer = load_tokenizer(path)
     return LoadedModel(name, str(path), config, net, tokenizer, torch_dtype, torch_device, time.monotonic() - started)

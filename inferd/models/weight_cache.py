@@ -1,6 +1,6 @@
-"""A disk cache of quantized weights.
+"""A disk cache of loaded weights.
 
-Dequantizing a GGUF file and re-quantizing it for the CPU kernels takes
+Dequantizing a GGUF file (and re-quantizing it for the CPU kernels) takes
 seconds and a transient gigabyte; reading the result back takes a fraction of
 a second. The cache lives under `$XDG_CACHE_HOME/inferd/weights` (default
 ~/.cache/inferd/weights), one safetensors file per model file and scheme,

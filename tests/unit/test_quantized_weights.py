@@ -75,13 +75,12 @@ def test_wide_inputs_use_the_dense_weight_and_narrow_ones_the_quantized():
 
 def test_resolve_weights():
     assert resolve_weights("bf16", BF16, CPU) is None
-    assert resolve_weights("auto", BF16, CPU) == SCHEMES["auto"]
-    assert resolve_weights("auto", torch.float32, CPU) is None  # fp32 asks for exactness
+    assert resolve_weights("mixed", BF16, CPU) == SCHEMES["mixed"]
     assert resolve_weights("int4", torch.float32, CPU) == SCHEMES["int4"]
-    assert resolve_weights("auto", BF16, torch.device("cuda")) is None
+    assert resolve_weights("bf16", BF16, torch.device("cuda")) is None
     with pytest.raises(ValueError, match="--weights int8 runs on CPU only; use --weights bf16 on cuda"):
         resolve_weights("int8", BF16, torch.device("cuda"))
-    with pytest.raises(ValueError, match=r"--weights 'q3' is not one of: auto, bf16, int8, int4"):
+    with pytest.raises(ValueError, match=r"--weights 'q3' is not one of: bf16, mixed, int8, int4"):
         resolve_weights("q3", BF16, CPU)
 
 
@@ -100,7 +99,7 @@ def tiny(tmp_path, monkeypatch):
     return write_tiny_model(tmp_path / "tiny")
 
 
-@pytest.mark.parametrize("scheme", ["int8", "int4", "auto"])
+@pytest.mark.parametrize("scheme", ["int8", "int4", "mixed"])
 def test_quantized_model_follows_bf16(tiny, scheme):
     reference = load_model(str(tiny), "bfloat16", "cpu", "bf16")
     quantized = load_model(str(tiny), "bfloat16", "cpu", scheme)
@@ -108,13 +107,13 @@ def test_quantized_model_follows_bf16(tiny, scheme):
     tokens = list(range(3, 40))
     want, got = prefill_logits(reference, tokens[:3]), prefill_logits(quantized, tokens[:3])
     assert (got - want).norm() / want.norm() < 0.15
-    if scheme == "auto":  # 37 rows: the dense path, which is bf16 itself
+    if scheme == "mixed":  # 37 rows: the dense path, which is bf16 itself
         assert torch.equal(prefill_logits(quantized, tokens), prefill_logits(reference, tokens))
 
 
 def test_second_load_reads_the_weight_cache(tiny, tmp_path, monkeypatch):
     real_tensors = loader._tensors
-    first = load_model(str(tiny), "bfloat16", "cpu", "auto")
+    first = load_model(str(tiny), "bfloat16", "cpu", "mixed")
     cached = list((tmp_path / "cache" / "inferd" / "weights").glob("tiny.*.safetensors"))
     assert len(cached) == 1
 
@@ -122,8 +121,8 @@ def test_second_load_reads_the_weight_cache(tiny, tmp_path, monkeypatch):
         raise AssertionError("a warm load must not read the checkpoint")
 
     monkeypatch.setattr(loader, "_tensors", no_dequantizing)
-    second = load_model(str(tiny), "bfloat16", "cpu", "auto")
-    head = second.model.quantized_head
+    second = load_model(str(tiny), "bfloat16", "cpu", "mixed")
+    head = second.model.fast_head
     assert head.dense.data_ptr() == second.model.embed_tokens.weight.data_ptr()  # the tie survives
     tokens = [5, 9, 11]
     assert torch.equal(prefill_logits(first, tokens), prefill_logits(second, tokens))

@@ -51,3 +51,21 @@ class Policy(Protocol):
 
     def cache_view(self, worker_id: str) -> Mapping:
         """What the policy believes `worker_id` holds, for /v1/admin/cache-view."""
+
+
+class StatelessPolicy:
+    """Hooks for a policy that learns nothing from where requests went."""
+
+    name: str
+
+    def on_routed(self, request: RoutingRequest, worker: Worker) -> None:
+        pass
+
+    def on_finished(self, request: RoutingRequest, worker: Worker) -> None:
+        pass
+
+    def on_worker_removed(self, worker_id: str) -> None:
+        pass
+
+    def cache_view(self, worker_id: str) -> Mapping:
+        return {"policy": self.name}

@@ -8,14 +8,14 @@ and sequential requests every worker still gets its turn.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from inferd.router.policies.base import Decision, RoutingRequest
+from inferd.router.policies.base import Decision, RoutingRequest, StatelessPolicy
 from inferd.router.policies.round_robin import next_after
 from inferd.router.worker import Worker
 
 
-class LeastLoadPolicy:
+class LeastLoadPolicy(StatelessPolicy):
     name = "least-load"
 
     def __init__(self) -> None:
@@ -30,15 +30,3 @@ class LeastLoadPolicy:
 
     def choose(self, request: RoutingRequest, candidates: Sequence[Worker]) -> Decision:
         return Decision(self.pick(candidates), "least-load")
-
-    def on_routed(self, request: RoutingRequest, worker: Worker) -> None:
-        pass
-
-    def on_finished(self, request: RoutingRequest, worker: Worker) -> None:
-        pass
-
-    def on_worker_removed(self, worker_id: str) -> None:
-        pass
-
-    def cache_view(self, worker_id: str) -> Mapping:
-        return {"policy": self.name}

@@ -7,9 +7,9 @@ away, one joining or leaving): the next pick is the first id after the last.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from inferd.router.policies.base import Decision, RoutingRequest
+from inferd.router.policies.base import Decision, RoutingRequest, StatelessPolicy
 from inferd.router.worker import Worker
 
 
@@ -23,7 +23,7 @@ def next_after(workers: Sequence[Worker], last_id: str | None) -> Worker:
     return ordered[0]
 
 
-class RoundRobinPolicy:
+class RoundRobinPolicy(StatelessPolicy):
     name = "round-robin"
 
     def __init__(self) -> None:
@@ -33,15 +33,3 @@ class RoundRobinPolicy:
         worker = next_after(candidates, self._last)
         self._last = worker.id
         return Decision(worker, "round-robin")
-
-    def on_routed(self, request: RoutingRequest, worker: Worker) -> None:
-        pass
-
-    def on_finished(self, request: RoutingRequest, worker: Worker) -> None:
-        pass
-
-    def on_worker_removed(self, worker_id: str) -> None:
-        pass
-
-    def cache_view(self, worker_id: str) -> Mapping:
-        return {"policy": self.name}
