@@ -3,32 +3,29 @@
     with RouterProcess(workers=[w1.base_url, w2.base_url], policy="round-robin") as router:
         router.openai().chat.completions.create(...)
 
-Port 0 asks the OS for a free port; the real one is read back from the
-router's `listening on http://HOST:PORT` log line. Everything the process
-prints goes to a log file whose tail is attached to every start-up failure.
+Start-up waits until /health counts the expected workers. Ports, the log
+file and stopping are `child_process.InferdProcess`'s.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import signal
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import httpx
+from child_process import InferdProcess, ProcessStartError
 
-_LISTENING = re.compile(r"listening on http://(?P<host>[^\s:]+):(?P<port>\d+)")
 
 
-class RouterStartError(RuntimeError):
+class RouterStartError(ProcessStartError):
     pass
 
 
-class RouterProcess:
+class RouterProcess(InferdProcess):
+    command = "router"
+    start_error = RouterStartError
+
     def __init__(
         self,
         workers: list[str] | tuple[str, ...] = (),
@@ -52,7 +49,6 @@ class RouterProcess:
         self.etcd_prefix = etcd_prefix
         self.policy = policy
         self.host = host
-        self.port = port
         self.health_interval = health_interval
         self.api_key = list(api_key)
         self.worker_api_key = worker_api_key
@@ -60,10 +56,7 @@ class RouterProcess:
         self.extra_args = list(extra_args)
         # Start-up waits until /health counts this many routable workers (default: every static one).
         self.wait_workers = len(self.workers) if wait_workers is None else wait_workers
-        self.startup_timeout = startup_timeout
-        self.log_path = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="inferd-router-", suffix=".log")[1])
-        self.proc: subprocess.Popen | None = None
-        self._log = None
+        super().__init__(port, startup_timeout, log_path)
 
     # -- the command line ------------------------------------------------------
     def args(self) -> list[str]:
@@ -121,31 +114,8 @@ class RouterProcess:
             return client.get("/v1/workers", headers=headers).json()["data"]
 
     # -- lifecycle ---------------------------------------------------------------
-    def start(self) -> "RouterProcess":
-        if self.proc is not None:
-            raise RuntimeError("already started")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("INFERD_")}
-        env["PYTHONUNBUFFERED"] = "1"
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(self.args(), stdin=subprocess.DEVNULL, stdout=self._log,
-                                     stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + self.startup_timeout
-        try:
-            self._wait_listening(deadline)
-            self.wait_routable(self.wait_workers, deadline)
-        except BaseException:
-            self.kill()
-            raise
-        return self
-
-    def _wait_listening(self, deadline: float) -> None:
-        while True:
-            match = _LISTENING.search(self.log())
-            if match:
-                self.port = int(match["port"])
-                return
-            self._check_alive_before(deadline, "the `listening on` log line")
-            time.sleep(0.05)
+    def _wait_ready(self, deadline: float) -> None:
+        self.wait_routable(self.wait_workers, deadline)
 
     def wait_routable(self, count: int, deadline: float | None = None) -> None:
         """Until /health counts `count` routable workers."""
@@ -159,53 +129,3 @@ class RouterProcess:
                 return
             self._check_alive_before(deadline, f"/health to count {count} workers")
             time.sleep(0.1)
-
-    def _check_alive_before(self, deadline: float, waiting_for: str) -> None:
-        code = self.proc.poll()
-        if code is not None:
-            raise RouterStartError(f"inferd router exited with {code} before {waiting_for}:\n{self.log_tail()}")
-        if time.monotonic() > deadline:
-            raise RouterStartError(f"no {waiting_for} within {self.startup_timeout:.0f}s:\n{self.log_tail()}")
-
-    def terminate(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-
-    def stop(self, timeout: float = 30.0) -> int | None:
-        """SIGTERM, then wait for the exit; SIGKILL if it does not come. The exit code."""
-        if self.proc is None:
-            return None
-        self.terminate()
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise RouterStartError(f"inferd router ignored SIGTERM for {timeout:.0f}s:\n{self.log_tail()}") from None
-        self._close_log()
-        return code
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._close_log()
-
-    def _close_log(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log().splitlines()[-lines:])
-
-    def __enter__(self) -> "RouterProcess":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

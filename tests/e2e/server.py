@@ -3,38 +3,33 @@
     with ServerProcess(model=path, parallel=4, ctx_size=256, alias=["gpt-4o-mini"]) as server:
         server.openai().chat.completions.create(...)
 
-Port 0 asks the OS for a free port; the real one is read back from the
-server's `listening on http://HOST:PORT` log line. A host ending in `.sock`
-serves on a Unix socket. Everything the process prints goes to a log file
-whose tail is attached to every start-up failure.
+A host ending in `.sock` serves on a Unix socket. Ports, the log file and
+stopping are `child_process.InferdProcess`'s.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import signal
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import httpx
+from child_process import InferdProcess, ProcessStartError
 
 # The shared tiny-model server's settings (tests/e2e/conftest.py).
 ALIAS = "gpt-4o-mini"
 TINY_CTX = 256
 TINY_PARALLEL = 4
 
-_LISTENING = re.compile(r"listening on (?:http://(?P<host>[^\s:]+):(?P<port>\d+)|(?P<path>/\S+))")
 
-
-class ServerStartError(RuntimeError):
+class ServerStartError(ProcessStartError):
     pass
 
 
-class ServerProcess:
+class ServerProcess(InferdProcess):
+    command = "serve"
+    start_error = ServerStartError
+
     def __init__(
         self,
         model: str | os.PathLike | None = None,
@@ -56,7 +51,6 @@ class ServerProcess:
     ):
         self.model = None if model is None else str(model)
         self.host = host
-        self.port = port
         self.parallel = parallel
         self.ctx_size = ctx_size
         # One torch thread by default: test servers share a few cores with each other and
@@ -69,11 +63,8 @@ class ServerProcess:
         self.max_body_size = max_body_size
         self.shutdown_timeout = shutdown_timeout
         self.extra_args = list(extra_args)
-        self.startup_timeout = startup_timeout
-        self.log_path = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="inferd-serve-", suffix=".log")[1])
-        self.proc: subprocess.Popen | None = None
+        super().__init__(port, startup_timeout, log_path)
         self.model_name: str | None = None  # as /health reports it, once started
-        self._log = None
 
     # -- the command line ------------------------------------------------------
     def args(self) -> list[str]:
@@ -143,36 +134,7 @@ class ServerProcess:
             return client.get("/health")
 
     # -- lifecycle ---------------------------------------------------------------
-    def start(self) -> "ServerProcess":
-        if self.proc is not None:
-            raise RuntimeError("already started")
-        # The child sees no INFERD_* settings from the developer's shell: only the flags above count.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("INFERD_")}
-        env["PYTHONUNBUFFERED"] = "1"
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            self.args(), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env,
-        )
-        deadline = time.monotonic() + self.startup_timeout
-        try:
-            self._wait_listening(deadline)
-            self._wait_healthy(deadline)
-        except BaseException:
-            self.kill()
-            raise
-        return self
-
-    def _wait_listening(self, deadline: float) -> None:
-        while True:
-            match = _LISTENING.search(self.log())
-            if match:
-                if match["port"]:
-                    self.port = int(match["port"])
-                return
-            self._check_alive_before(deadline, "the `listening on` log line")
-            time.sleep(0.05)
-
-    def _wait_healthy(self, deadline: float) -> None:
+    def _wait_ready(self, deadline: float) -> None:
         while True:
             try:
                 response = self.health()
@@ -183,73 +145,6 @@ class ServerProcess:
                 return
             self._check_alive_before(deadline, "/health to answer 200")
             time.sleep(0.1)
-
-    def _check_alive_before(self, deadline: float, waiting_for: str) -> None:
-        code = self.proc.poll()
-        if code is not None:
-            raise ServerStartError(f"inferd serve exited with {code} before {waiting_for}:\n{self.log_tail()}")
-        if time.monotonic() > deadline:
-            raise ServerStartError(
-                f"no {waiting_for} within {self.startup_timeout:.0f}s:\n{self.log_tail()}"
-            )
-
-    def terminate(self) -> None:
-        """Send SIGTERM and return at once."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-
-    def wait(self, timeout: float) -> int:
-        return self.proc.wait(timeout)
-
-    def stop(self, timeout: float = 30.0) -> int | None:
-        """SIGTERM, then wait for the exit; SIGKILL if it does not come. The exit code."""
-        if self.proc is None:
-            return None
-        self.terminate()
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise ServerStartError(f"inferd serve ignored SIGTERM for {timeout:.0f}s:\n{self.log_tail()}") from None
-        self._close_log()
-        return code
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._close_log()
-
-    def _close_log(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    @property
-    def returncode(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def log_mark(self) -> int:
-        """Where the log ends now; `log_since(mark)` is what was written after."""
-        return len(self.log())
-
-    def log_since(self, mark: int) -> str:
-        return self.log()[mark:]
-
-    def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log().splitlines()[-lines:])
-
-    def __enter__(self) -> "ServerProcess":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 def assert_still_serving(http: httpx.Client) -> None:
