@@ -17,7 +17,9 @@ _LAYOUT_ROWS = 8
 
 
 def can_pack(dtype: torch.dtype, device: torch.device) -> bool:
-    return dtype == torch.bfloat16 and device.type == "cpu" and torch.backends.mkldnn.is_available()
+    """bf16 on a CPU whose oneDNN build runs bf16 matmuls (AVX-512 or newer)."""
+    return (dtype == torch.bfloat16 and device.type == "cpu" and torch.backends.mkldnn.is_available()
+            and torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 class PackedLinear(nn.Module):

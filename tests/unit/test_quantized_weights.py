@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from inferd.arch.attention import AttentionMetadata, ContextView, PrefillSpan
+from inferd.arch.packed_linear import PackedLinear, can_pack
 from inferd.arch.quantize import SCHEMES, resolve_weights
 from inferd.arch.quantized_linear import INT4_GROUP, QuantizedLinear
 from inferd.models import loader
@@ -71,6 +72,25 @@ def test_wide_inputs_use_the_dense_weight_and_narrow_ones_the_quantized():
     assert torch.equal(layer(wide), F.linear(wide, weight))
     assert not torch.equal(layer(narrow), F.linear(narrow, weight))
     assert torch.equal(layer(narrow), QuantizedLinear.from_weight(weight, None, 4, BF16)(narrow))
+
+
+@pytest.mark.skipif(not can_pack(BF16, CPU), reason="this CPU's oneDNN runs no bf16 matmuls")
+def test_packed_linear_is_linear_exactly():
+    torch.manual_seed(0)
+    weight, bias = torch.randn(96, 64, dtype=BF16), torch.randn(96, dtype=BF16)
+    layer = PackedLinear(weight, bias)
+    assert layer.state_dict() == {}  # an opaque layout: the weight cache keeps plain weights
+    for shape in [(1, 64), (8, 64), (2, 300, 64)]:
+        x = torch.randn(*shape, dtype=BF16)
+        assert torch.equal(layer(x), F.linear(x, weight, bias))
+
+
+def test_bf16_models_pack_their_projections_and_head(tiny):
+    loaded = load_model(str(tiny), "bfloat16", "cpu", "bf16")
+    packs = can_pack(BF16, CPU)
+    assert isinstance(loaded.model.fast_head, PackedLinear) == packs
+    assert any(isinstance(m, PackedLinear) for m in loaded.model.modules()) == packs
+    assert all(not isinstance(m, torch.nn.Linear) for m in loaded.model.modules()) == packs
 
 
 def test_resolve_weights():
