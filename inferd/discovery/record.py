@@ -42,6 +42,10 @@ def worker_key(prefix: str, worker_id: str) -> bytes:
 def parse_etcd_address(address: str) -> tuple[str, int]:
     """`etcd://host:port`, `http://host:port` or `host:port` -> (host, port)."""
     parts = urlsplit(address if "://" in address else f"etcd://{address}")
-    if parts.scheme not in ("etcd", "http") or not parts.hostname:
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or out of range
+        port = 0
+    if parts.scheme not in ("etcd", "http") or not parts.hostname or port == 0:
         raise ValueError(f"etcd address {address!r}: expected etcd://HOST:PORT")
-    return parts.hostname, parts.port or DEFAULT_ETCD_PORT
+    return parts.hostname, port or DEFAULT_ETCD_PORT
