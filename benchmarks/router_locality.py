@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "e2e")]
 
 from etcd import EtcdServer, find_etcd  # noqa: E402  (the tests' harness: free ports, temporary data dir)
+from fleet import cache_counters, reset_caches  # noqa: E402  (summed over the workers' /v1/cache/stats)
 from router_process import RouterProcess  # noqa: E402
 from server import ServerProcess  # noqa: E402
 
@@ -48,22 +49,6 @@ def workload_args(args: argparse.Namespace) -> list[str]:
             str(args.prompts_per_group), "--system-prompt-len", str(args.system_prompt_len), "--question-len",
             str(args.question_len), "--output-len", str(args.output_len), "--max-concurrency",
             str(args.max_concurrency), "--seed", str(args.seed)]
-
-
-def cache_counters(workers: list[ServerProcess]) -> tuple[int, int]:
-    queries = hits = 0
-    for w in workers:
-        with w.http(timeout=30.0) as client:
-            stats = client.get("/v1/cache/stats").json()
-        queries += stats["prefix_cache_queries"]
-        hits += stats["prefix_cache_hits"]
-    return queries, hits
-
-
-def reset_caches(workers: list[ServerProcess]) -> None:
-    for w in workers:
-        with w.http(timeout=30.0) as client:
-            client.post("/v1/cache/reset").raise_for_status()
 
 
 def warm_up(workers: list[ServerProcess]) -> None:

@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
+
 _LISTENING = re.compile(r"listening on (?:http://(?P<host>[^\s:]+):(?P<port>\d+)|(?P<path>/\S+))")
 
 
@@ -26,6 +28,10 @@ class ProcessStartError(RuntimeError):
 class InferdProcess:
     command = ""  # the subcommand, for messages: "serve", "router"
     start_error: type[ProcessStartError] = ProcessStartError
+
+    # Subclasses set `host` and `api_key` (a list) before calling __init__.
+    host: str
+    api_key: list[str]
 
     def __init__(self, port: int, startup_timeout: float, log_path: str | os.PathLike | None):
         self.port = port
@@ -41,6 +47,40 @@ class InferdProcess:
     def _wait_ready(self, deadline: float) -> None:
         """After the listening line: until the process is ready for tests."""
         raise NotImplementedError
+
+    @property
+    def is_unix(self) -> bool:
+        return self.host.endswith(".sock")
+
+    @property
+    def base_url(self) -> str:
+        if self.is_unix:
+            return "http://localhost"  # the transport carries the socket path
+        return f"http://{self.host}:{self.port}"
+
+    # -- clients -----------------------------------------------------------------
+    def http(self, **kwargs) -> httpx.Client:
+        """A plain HTTP client bound to this server (Unix socket or TCP)."""
+        if self.is_unix:
+            kwargs.setdefault("transport", httpx.HTTPTransport(uds=self.host))
+        kwargs.setdefault("timeout", 60.0)
+        return httpx.Client(base_url=self.base_url, **kwargs)
+
+    def openai(self, **kwargs):
+        import openai
+
+        kwargs.setdefault("api_key", self.api_key[0] if self.api_key else "unused")
+        kwargs.setdefault("max_retries", 0)
+        kwargs.setdefault("timeout", 60.0)
+        if self.is_unix:
+            import httpx2  # the SDK's own HTTP library
+
+            kwargs.setdefault("http_client", openai.DefaultHttpxClient(transport=httpx2.HTTPTransport(uds=self.host)))
+        return openai.OpenAI(base_url=f"{self.base_url}/v1", **kwargs)
+
+    def health(self) -> httpx.Response:
+        with self.http(timeout=5.0) as client:
+            return client.get("/health")
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self):

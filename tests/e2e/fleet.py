@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -76,16 +75,6 @@ def stop_all(servers: Iterable) -> None:
             refused.append(e)
     if refused:
         raise refused[0]
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.05):
-    """Poll until `predicate()` is truthy (its value) or `timeout` passes (the last falsy value)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval)
 
 
 def fleet_ids(router) -> set[str]:

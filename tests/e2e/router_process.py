@@ -78,23 +78,7 @@ class RouterProcess(InferdProcess):
         args.append("--metrics" if self.metrics else "--no-metrics")
         return args + self.extra_args
 
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
     # -- clients -----------------------------------------------------------------
-    def http(self, **kwargs) -> httpx.Client:
-        kwargs.setdefault("timeout", 60.0)
-        return httpx.Client(base_url=self.base_url, **kwargs)
-
-    def openai(self, **kwargs):
-        import openai
-
-        kwargs.setdefault("api_key", self.api_key[0] if self.api_key else "unused")
-        kwargs.setdefault("max_retries", 0)
-        kwargs.setdefault("timeout", 60.0)
-        return openai.OpenAI(base_url=f"{self.base_url}/v1", **kwargs)
-
     def anthropic(self, **kwargs):
         import anthropic
 
@@ -102,10 +86,6 @@ class RouterProcess(InferdProcess):
         kwargs.setdefault("max_retries", 0)
         kwargs.setdefault("timeout", 60.0)
         return anthropic.Anthropic(base_url=self.base_url, **kwargs)
-
-    def health(self) -> httpx.Response:
-        with self.http(timeout=5.0) as client:
-            return client.get("/health")
 
     def fleet(self) -> list[dict]:
         """GET /v1/workers."""

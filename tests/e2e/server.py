@@ -91,36 +91,7 @@ class ServerProcess(InferdProcess):
             args += ["--data-dir", str(self.log_path.parent / f"data-{self.log_path.stem}")]
         return args + self.extra_args
 
-    @property
-    def is_unix(self) -> bool:
-        return self.host.endswith(".sock")
-
-    @property
-    def base_url(self) -> str:
-        if self.is_unix:
-            return "http://localhost"  # the transport carries the socket path
-        return f"http://{self.host}:{self.port}"
-
     # -- clients -----------------------------------------------------------------
-    def http(self, **kwargs) -> httpx.Client:
-        """A plain HTTP client bound to this server (Unix socket or TCP)."""
-        if self.is_unix:
-            kwargs.setdefault("transport", httpx.HTTPTransport(uds=self.host))
-        kwargs.setdefault("timeout", 60.0)
-        return httpx.Client(base_url=self.base_url, **kwargs)
-
-    def openai(self, **kwargs):
-        import openai
-
-        kwargs.setdefault("api_key", self.api_key[0] if self.api_key else "unused")
-        kwargs.setdefault("max_retries", 0)
-        kwargs.setdefault("timeout", 60.0)
-        if self.is_unix:
-            import httpx2  # the SDK's own HTTP library
-
-            kwargs.setdefault("http_client", openai.DefaultHttpxClient(transport=httpx2.HTTPTransport(uds=self.host)))
-        return openai.OpenAI(base_url=f"{self.base_url}/v1", **kwargs)
-
     def async_openai(self, **kwargs):
         import openai
 
@@ -128,10 +99,6 @@ class ServerProcess(InferdProcess):
         kwargs.setdefault("max_retries", 0)
         kwargs.setdefault("timeout", 60.0)
         return openai.AsyncOpenAI(base_url=f"{self.base_url}/v1", **kwargs)
-
-    def health(self) -> httpx.Response:
-        with self.http(timeout=5.0) as client:
-            return client.get("/health")
 
     # -- lifecycle ---------------------------------------------------------------
     def _wait_ready(self, deadline: float) -> None:

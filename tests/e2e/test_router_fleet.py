@@ -20,10 +20,11 @@ import pytest
 
 from fleet import (
     TTL, cache_counters, fleet_ids, long_context_model, registered_worker, reset_caches, router_metric,
-    start_all, stop_all, wait_for, worker_id,
+    start_all, stop_all, worker_id,
 )
 from inferd.bench.words import WORDS
 from inferd.discovery.record import worker_key
+from polling import wait_for
 from router_process import RouterProcess
 
 aetcd = pytest.importorskip("aetcd", reason="the etcd extra is not installed (pip install 'inferd[etcd]')")

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from polling import wait_for
 from server import ALIAS, TINY_CTX, TINY_PARALLEL, ServerProcess, assert_still_serving
 
 HELLO = [{"role": "user", "content": "Hello"}]
@@ -41,15 +42,6 @@ def assert_no_traceback(server: ServerProcess, mark: int) -> None:
     time.sleep(0.1)  # anything logged just after the response has landed
     logged = server.log_since(mark)
     assert "Traceback" not in logged, f"the server logged an exception:\n{logged[-3000:]}"
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval)
 
 
 # -- refused requests ------------------------------------------------------------------

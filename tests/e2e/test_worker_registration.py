@@ -13,6 +13,7 @@ import time
 import pytest
 
 from inferd.discovery.record import WorkerRecord, worker_key
+from polling import wait_for
 from server import ServerProcess
 
 aetcd = pytest.importorskip("aetcd", reason="the etcd extra is not installed (pip install 'inferd[etcd]')")
@@ -37,15 +38,6 @@ def lease_ttl(etcd, lease_id: int) -> int:
             return (await client.get_lease_info(lease_id, keys=False)).grantedTTL
 
     return asyncio.run(go())
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval)
 
 
 def registered_server(tiny_model_dir, etcd, server_logs, name: str, **kwargs) -> ServerProcess:
