@@ -1,4 +1,4 @@
-"""Fake workers and in-thread servers for router tests.
+"""Fake workers, a recording policy and in-thread servers for router tests.
 
 A `FakeWorker` is a small app on a real TCP port that answers like a worker
 and can be told to misbehave: answer 503, die after part of an answer (the
@@ -181,3 +181,15 @@ class FakeWorker:
     async def _die(self, partial: bytes):
         yield partial
         raise RuntimeError("the fake worker dies mid-answer")
+
+
+class RecordingPolicy:
+    """Only remembers which workers the fleet told it had left."""
+
+    name = "recording"
+
+    def __init__(self):
+        self.removed: list[str] = []
+
+    def on_worker_removed(self, worker_id: str) -> None:
+        self.removed.append(worker_id)

@@ -24,8 +24,8 @@ from fleet import (
 )
 from inferd.bench.words import WORDS
 from inferd.discovery.record import worker_key
-from polling import wait_for
 from router_process import RouterProcess
+from tests.polling import async_wait_for, wait_for
 
 aetcd = pytest.importorskip("aetcd", reason="the etcd extra is not installed (pip install 'inferd[etcd]')")
 
@@ -52,17 +52,6 @@ def async_openai(router: RouterProcess) -> openai.AsyncOpenAI:
 async def async_fleet(router: RouterProcess) -> dict[str, dict]:
     async with httpx.AsyncClient(base_url=router.base_url, timeout=5.0) as http:
         return {w["id"]: w for w in (await http.get("/v1/workers")).json()["data"]}
-
-
-async def async_wait_for(predicate, timeout: float, interval: float = 0.02):
-    """`wait_for` for coroutine predicates, so the event loop keeps streaming meanwhile."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = await predicate()
-        if value or loop.time() > deadline:
-            return value
-        await asyncio.sleep(interval)
 
 
 def etcd_get(etcd, key: bytes):

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from polling import wait_for
+from tests.polling import wait_for
 from server import ALIAS, TINY_CTX, TINY_PARALLEL, ServerProcess, assert_still_serving
 
 HELLO = [{"role": "user", "content": "Hello"}]

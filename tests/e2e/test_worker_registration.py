@@ -13,7 +13,7 @@ import time
 import pytest
 
 from inferd.discovery.record import WorkerRecord, worker_key
-from polling import wait_for
+from tests.polling import wait_for
 from server import ServerProcess
 
 aetcd = pytest.importorskip("aetcd", reason="the etcd extra is not installed (pip install 'inferd[etcd]')")

@@ -11,19 +11,10 @@ import pytest
 from inferd.discovery.etcd_watch import EtcdWatcher
 from inferd.discovery.record import WorkerRecord, worker_key
 from inferd.router.fleet import Fleet
+from router_fakes import RecordingPolicy
 
 aetcd = pytest.importorskip("aetcd")
 _prefixes = itertools.count()
-
-
-class RecordingPolicy:
-    name = "recording"
-
-    def __init__(self):
-        self.removed: list[str] = []
-
-    def on_worker_removed(self, worker_id: str) -> None:
-        self.removed.append(worker_id)
 
 
 def new_prefix() -> str:

@@ -5,16 +5,7 @@ from __future__ import annotations
 from inferd.discovery.record import WorkerRecord
 from inferd.router.breaker import CircuitBreaker
 from inferd.router.fleet import Fleet
-
-
-class RecordingPolicy:
-    name = "recording"
-
-    def __init__(self):
-        self.removed: list[str] = []
-
-    def on_worker_removed(self, worker_id: str) -> None:
-        self.removed.append(worker_id)
+from router_fakes import RecordingPolicy
 
 
 def fleet_of(*records: WorkerRecord, attach=None) -> tuple[Fleet, RecordingPolicy]:

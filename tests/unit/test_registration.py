@@ -17,6 +17,7 @@ from inferd.config import ServeConfig
 from inferd.discovery import registration
 from inferd.discovery.record import DEFAULT_PREFIX, WorkerRecord, worker_key
 from inferd.discovery.registration import Registration, check_options, default_advertise_url, worker_id_for
+from tests.polling import async_wait_for
 
 aetcd = pytest.importorskip("aetcd", reason="the etcd extra is not installed (pip install 'inferd[etcd]')")
 
@@ -74,24 +75,13 @@ def test_without_the_etcd_client_the_message_says_what_to_install(monkeypatch):
 # -- against a real etcd --------------------------------------------------------------
 
 
-async def until(predicate, timeout: float = 10.0):
-    """Poll an async predicate; its last value."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = await predicate()
-        if value or loop.time() > deadline:
-            return value
-        await asyncio.sleep(0.02)
-
-
 def test_the_key_holds_the_record_under_a_lease_and_stop_deletes_both(etcd_server):
     async def go():
         reg = Registration(etcd_server.address, RECORD, "/unit-stop/", ttl=2)
         assert reg.key == worker_key("/unit-stop/", RECORD.id) == b"/unit-stop/10.0.0.5-8080"
         async with aetcd.Client(etcd_server.host, etcd_server.port, timeout=5) as etcd:
             reg.start()
-            kv = await until(lambda: etcd.get(reg.key))
+            kv = await async_wait_for(lambda: etcd.get(reg.key), timeout=10.0)
             assert kv is not None and WorkerRecord.from_json(kv.value) == RECORD
             assert (await etcd.get_lease_info(kv.lease, keys=True)).keys == [reg.key]
             await reg.stop()
@@ -110,7 +100,7 @@ def test_a_lost_lease_is_replaced_and_the_key_put_again(etcd_server, caplog):
         async with aetcd.Client(etcd_server.host, etcd_server.port, timeout=5) as etcd:
             reg.start()
             try:
-                first = await until(lambda: etcd.get(reg.key))
+                first = await async_wait_for(lambda: etcd.get(reg.key), timeout=10.0)
                 await etcd.revoke_lease(first.lease)  # as if etcd had lost it
                 assert await etcd.get(reg.key) is None
 
@@ -118,7 +108,7 @@ def test_a_lost_lease_is_replaced_and_the_key_put_again(etcd_server, caplog):
                     kv = await etcd.get(reg.key)
                     return kv if kv is not None and kv.lease != first.lease else None
 
-                again = await until(back)
+                again = await async_wait_for(back, timeout=10.0)
                 assert again is not None and WorkerRecord.from_json(again.value) == RECORD
             finally:
                 await reg.stop()
@@ -137,11 +127,11 @@ def test_an_unreachable_etcd_is_logged_once_and_retried_until_it_answers(tmp_pat
         reg = Registration(etcd_server.address, RECORD, "/unit-retry/", ttl=2)
         reg.start()
         try:
-            assert await until(lambda: asyncio.sleep(0, reg._failing))
+            assert await async_wait_for(lambda: asyncio.sleep(0, reg._failing), timeout=10.0)
             await asyncio.sleep(2 * reg.refresh_every)  # more failed tries
             assert not reg.registered and not reg._task.done()
             await asyncio.to_thread(etcd_server.start)
-            assert await until(lambda: asyncio.sleep(0, reg.registered), timeout=15.0)
+            assert await async_wait_for(lambda: asyncio.sleep(0, reg.registered), timeout=15.0)
         finally:
             await reg.stop()
 
