@@ -33,7 +33,7 @@ WEIGHT_SCHEMES = ("bf16", "mixed", "int8", "int4")
 
 @dataclass(frozen=True)
 class Quantization:
-    layer_bits: int | None  # None: projections stay in the engine dtype
+    layer_bits: int
     head_bits: int
     # Rows from which the dense weight is used instead; None keeps no dense copy.
     # Measured on a 2-core AVX-512 CPU, whole decode steps: int8 projections
@@ -61,9 +61,9 @@ def resolve_weights(scheme: str, dtype: torch.dtype, device: torch.device) -> Qu
 
 
 def quantize_model(model: CausalLM, q: Quantization, dtype: torch.dtype, empty: bool = False) -> None:
-    """Replace the LM head (and the projections, if `q` says) with quantized
-    layers. `empty`: only the structure, with empty (meta) buffers, for a
-    state dict to fill (the weight cache)."""
+    """Replace the projections and the LM head with quantized layers.
+    `empty`: only the structure, with empty (meta) buffers, for a state dict
+    to fill (the weight cache)."""
 
     def swap(weight: torch.Tensor, bias: torch.Tensor | None, bits: int, dense_from: int | None) -> QuantizedLinear:
         if bits == 4 and not int4_fits(weight):
@@ -73,9 +73,8 @@ def quantize_model(model: CausalLM, q: Quantization, dtype: torch.dtype, empty: 
                 return QuantizedLinear(weight.shape[1], weight.shape[0], bits, dtype, bias is not None, dense_from)
         return QuantizedLinear.from_weight(weight.data, None if bias is None else bias.data, bits, dtype, dense_from)
 
-    if q.layer_bits is not None:
-        for module, name, linear in _projections(model):
-            setattr(module, name, swap(linear.weight, linear.bias, q.layer_bits, q.layer_dense_from))
+    for module, name, linear in _projections(model):
+        setattr(module, name, swap(linear.weight, linear.bias, q.layer_bits, q.layer_dense_from))
     head = model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
     model.fast_head = swap(head, None, q.head_bits, q.head_dense_from)
     model.lm_head = None  # the quantized head replaces it (and holds its dense weight when kept)
