@@ -17,7 +17,7 @@ from inferd.models.config import ModelConfig
 from inferd.models.default import DEFAULT_MODEL_NAME, default_model_path
 from inferd.models.progress import with_progress
 from inferd.models.tokenizer import Tokenizer, load_tokenizer
-from inferd.models.weight_cache import load_cached_state, store_state, weight_cache_file
+from inferd.models.weight_cache import load_cached_state, map_cached_tensor, store_state, weight_cache_file
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -90,9 +90,11 @@ def load_model(model: str | None = None, dtype: str = "auto", device: str = "aut
         net.load_weights(with_progress(tensors, total, f"loading {name}"), torch_dtype, torch_device)
         if quantization is not None:
             quantize_model(net, quantization, torch_dtype)
-        if cache_file is not None:
-            store_state(cache_file, net)
+        if cache_file is not None and not store_state(cache_file, net):
+            cache_file = None
     pack_for_cpu(net, torch_dtype, torch_device)
+    if cache_file is not None:
+        map_embedding(net, cache_file)
     release_freed_memory()
     net.eval()
     tokenizer = load_tokenizer(path)
@@ -119,6 +121,20 @@ def _tensors(path: Path, dtype: torch.dtype) -> tuple[Iterator[tuple[str, torch.
     from inferd.models.hf import count_safetensors, iter_safetensors
 
     return iter_safetensors(path), count_safetensors(path)
+
+
+def map_embedding(net: CausalLM, cache_file: Path) -> None:
+    """Serve token lookups from the weight cache's memory map when nothing
+    else uses the embedding (an untied model, or a tied one whose head is a
+    packed copy): only the rows of tokens seen get loaded, instead of the
+    whole table (335 MB for the bundled model)."""
+    weight = net.embed_tokens.weight
+    others = (t for name, t in net.state_dict(keep_vars=True).items() if name != "embed_tokens.weight")
+    if net.lm_head is None and net.fast_head is None or any(t.data_ptr() == weight.data_ptr() for t in others):
+        return
+    mapped = map_cached_tensor(cache_file, "embed_tokens.weight")
+    if mapped is not None and mapped.shape == weight.shape and mapped.dtype == weight.dtype:
+        net.embed_tokens.weight = torch.nn.Parameter(mapped, requires_grad=False)
 
 
 def release_freed_memory() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import mmap
 import os
 import struct
 import uuid
@@ -54,6 +55,29 @@ def load_cached_state(cache_file: Path) -> dict[str, torch.Tensor] | None:
     for alias, name in aliases.items():
         state[alias] = state[name]
     return state
+
+
+def map_cached_tensor(cache_file: Path, name: str) -> torch.Tensor | None:
+    """One tensor of the cache as a private, read-only-in-use memory map, or
+    None when the file does not hold it. Its pages load on first touch and
+    count toward the process's memory only once touched: right for a lookup
+    table read a row at a time (the token embedding)."""
+    try:
+        with open(cache_file, "rb") as f:
+            (header_len,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(header_len))
+            aliases = json.loads(header.pop("__metadata__", {}).get("aliases", "{}"))
+            info = header.get(aliases.get(name, name))
+            if info is None:
+                return None
+            mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)  # writable for torch; never written
+    except (OSError, ValueError) as error:
+        log.warning("cannot map %s from weight cache %s: %s", name, cache_file, error)
+        return None
+    begin, end = info["data_offsets"]
+    dtype = _DTYPES[info["dtype"]]
+    flat = torch.frombuffer(mapping, dtype=dtype, count=(end - begin) // dtype.itemsize, offset=8 + header_len + begin)
+    return flat.view(info["shape"])
 
 
 def _read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:

@@ -155,7 +155,8 @@ def test_second_load_reads_the_weight_cache(tiny, tmp_path, monkeypatch):
 def test_cached_weights_are_aligned_for_the_kernels(tiny):
     load_model(str(tiny), "bfloat16", "cpu", "int8")
     warm = load_model(str(tiny), "bfloat16", "cpu", "int8")
-    assert all(t.data_ptr() % 64 == 0 for t in warm.model.state_dict().values())
+    kernel_weights = {n: t for n, t in warm.model.state_dict().items() if n != "embed_tokens.weight"}  # a lookup
+    assert all(t.data_ptr() % 64 == 0 for t in kernel_weights.values())
     # The int8 kernel takes misaligned weights badly from 4 rows: 8 rows must work.
     assert prefill_logits(warm, list(range(3, 11))).isfinite().all()
 
@@ -167,3 +168,37 @@ def test_a_damaged_cache_is_rebuilt(tiny, tmp_path):
     again = load_model(str(tiny), "bfloat16", "cpu", "int8")
     assert prefill_logits(again, [5, 9]).isfinite().all()
     assert cache_file.stat().st_size > 1000  # rewritten
+
+
+def mapped_file(tensor: torch.Tensor) -> str | None:
+    """The file whose memory map holds `tensor`'s data, if any."""
+    address = tensor.data_ptr()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            low, high = (int(x, 16) for x in fields[0].split("-"))
+            if low <= address < high:
+                return fields[5] if len(fields) > 5 else None
+    return None
+
+
+@pytest.mark.parametrize("scheme", ["int8", "int4"])
+def test_a_lookup_only_embedding_is_read_from_the_cache_map(tiny, tmp_path, monkeypatch, scheme):
+    cold = load_model(str(tiny), "bfloat16", "cpu", scheme)
+    warm = load_model(str(tiny), "bfloat16", "cpu", scheme)
+    (cache_file,) = (tmp_path / "cache" / "inferd" / "weights").glob("tiny.*.safetensors")
+    for loaded in (cold, warm):
+        assert mapped_file(loaded.model.embed_tokens.weight) == str(cache_file)
+    monkeypatch.setattr(loader, "map_embedding", lambda net, cache_file: None)
+    in_memory = load_model(str(tiny), "bfloat16", "cpu", scheme)
+    assert mapped_file(in_memory.model.embed_tokens.weight) != str(cache_file)
+    tokens = [5, 9, 11, 3]
+    assert torch.equal(prefill_logits(warm, tokens), prefill_logits(in_memory, tokens))
+    assert torch.equal(prefill_logits(cold, tokens), prefill_logits(in_memory, tokens))
+
+
+def test_an_embedding_shared_with_the_head_stays_in_memory(tiny, tmp_path):
+    load_model(str(tiny), "bfloat16", "cpu", "mixed")
+    warm = load_model(str(tiny), "bfloat16", "cpu", "mixed")  # the head's dense weight is the embedding
+    assert warm.model.fast_head.dense.data_ptr() == warm.model.embed_tokens.weight.data_ptr()
+    assert mapped_file(warm.model.embed_tokens.weight) is None
