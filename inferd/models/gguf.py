@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import torch
 
 from inferd.models.gguf_dequant import dequantize
-from inferd.models.gguf_file import GGUFError, GGUFFile
+from inferd.models.gguf_file import VOCABULARY_ARRAYS, GGUFError, GGUFFile
 from inferd.models.gguf_names import DERIVED_TENSORS, hf_name
 from inferd.models.gguf_rope import llama3_scaling_from_rope_freqs, rope_scaling_from_metadata
 
@@ -32,7 +32,8 @@ _REQUIRED = object()
 
 def read_gguf_config(path: str | Path) -> dict[str, Any]:
     """The Hugging Face config dict equivalent to the file's metadata."""
-    return _hf_config(GGUFFile(path))
+    # The config needs only the vocabulary's size; decoding its 262k strings costs half a second.
+    return _hf_config(GGUFFile(path, skip=VOCABULARY_ARRAYS))
 
 
 def iter_gguf_tensors(path: str | Path, dtype: torch.dtype = torch.bfloat16) -> Iterator[tuple[str, torch.Tensor]]:
@@ -133,6 +134,8 @@ def _vocab_size(gguf: GGUFFile, arch: str) -> int:
     tokens = gguf.metadata.get("tokenizer.ggml.tokens")
     if tokens is not None:
         return len(tokens)
+    if "tokenizer.ggml.tokens" in gguf.skipped_lengths:
+        return gguf.skipped_lengths["tokenizer.ggml.tokens"]
     if f"{arch}.vocab_size" in gguf.metadata:
         return gguf.metadata[f"{arch}.vocab_size"]
     if "token_embd.weight" in gguf.tensors:

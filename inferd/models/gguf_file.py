@@ -38,6 +38,10 @@ _ARRAY_DTYPES = {kind: np.dtype(s.format) for kind, s in _SCALARS.items()}
 _U32, _U64 = _SCALARS[_UINT32], _SCALARS[_UINT64]
 
 
+# The arrays that hold a vocabulary: the bulk of a GGUF header.
+VOCABULARY_ARRAYS = frozenset({"tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
+                               "tokenizer.ggml.merges"})
+
 class GGUFError(ValueError):
     """The GGUF file is malformed, or uses an architecture or quant type inferd cannot load."""
 
@@ -73,6 +77,7 @@ class GGUFFile:
             raise GGUFError(f"cannot open {self.path} as a GGUF file: {e}") from e
         self._pos = 0
         self.metadata: dict[str, Any] = {}
+        self.skipped_lengths: dict[str, int] = {}  # item counts of the arrays in `skip`
         self.tensors: dict[str, TensorInfo] = {}
         try:
             self._parse(frozenset(skip), tensors)
@@ -104,7 +109,9 @@ class GGUFFile:
                 key = self._read_str()
                 kind = self._read(_U32)
                 if key in skip:
-                    self._read_value(kind, keep=False)
+                    length = self._read_value(kind, keep=False)
+                    if kind == _ARRAY:
+                        self.skipped_lengths[key] = length
                 else:
                     self.metadata[key] = self._read_value(kind)
             if with_tensors:
@@ -158,7 +165,7 @@ class GGUFFile:
         return self._map[start:self._pos].decode("utf-8")
 
     def _read_value(self, kind: int, keep: bool = True) -> Any:
-        """The value of type `kind` at the cursor; with keep=False arrays are stepped over and None returned."""
+        """The value of type `kind` at the cursor; with keep=False arrays are stepped over and their length returned."""
         if kind in _SCALARS:
             value = self._read(_SCALARS[kind])
             return shortest_float32(value) if kind == _FLOAT32 else value
@@ -170,11 +177,14 @@ class GGUFFile:
         if item_kind in _ARRAY_DTYPES:  # fixed-size items: one vectorized read
             dtype = _ARRAY_DTYPES[item_kind]
             start = self._take(dtype.itemsize * count)
-            return np.frombuffer(self._map, dtype=dtype, count=count, offset=start).tolist() if keep else None
+            return np.frombuffer(self._map, dtype=dtype, count=count, offset=start).tolist() if keep else count
         if item_kind == _STRING:
-            return self._read_strings(count) if keep else self._skip_strings(count)
+            if keep:
+                return self._read_strings(count)
+            self._skip_strings(count)
+            return count
         items = [self._read_value(item_kind, keep) for _ in range(count)]
-        return items if keep else None
+        return items if keep else count
 
     # The two loops below run once per vocabulary entry, hence the local names.
 

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from inferd.models.gguf_file import GGUFFile
+from inferd.models.gguf_file import VOCABULARY_ARRAYS, GGUFFile
 from inferd.models.gguf_vocab import GGUFVocab, build_tokenizer
 from inferd.models.special_tokens import FimTokens
 from inferd.models.tokenizer import Tokenizer
@@ -14,13 +14,6 @@ from inferd.models.tokenizer_cache import load_cached_tokenizer, store_tokenizer
 
 log = logging.getLogger(__name__)
 
-# The arrays only a rebuild needs; a cache hit steps over them.
-_VOCABULARY_ARRAYS = (
-    "tokenizer.ggml.tokens",
-    "tokenizer.ggml.scores",
-    "tokenizer.ggml.token_type",
-    "tokenizer.ggml.merges",
-)
 # Ids that end a turn in addition to eos (llama.cpp's end-of-turn and end-of-message).
 _EXTRA_EOS_KEYS = ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
 # Newer files name fill-in-the-middle ids fim_*, older ones prefix/suffix/middle.
@@ -33,7 +26,8 @@ _FIM_KEYS = (
 def load_gguf_tokenizer(model_file: Path) -> Tokenizer:
     inner = load_cached_tokenizer(model_file)
     if inner is not None:
-        metadata = GGUFFile(model_file, skip=_VOCABULARY_ARRAYS, tensors=False).metadata
+        # Only a rebuild needs the vocabulary's arrays; a cache hit steps over them.
+        metadata = GGUFFile(model_file, skip=VOCABULARY_ARRAYS, tensors=False).metadata
     else:
         metadata = GGUFFile(model_file, tensors=False).metadata
         log.info("building the tokenizer of %s from its GGUF vocabulary", model_file)

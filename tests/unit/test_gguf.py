@@ -18,7 +18,7 @@ from gguf import GGMLQuantizationType as Q
 
 from inferd.models.gguf import GGUFError, iter_gguf_tensors, read_gguf_config
 from inferd.models.gguf_dequant import float32_to_bfloat16_bits
-from inferd.models.gguf_file import GGUFFile
+from inferd.models.gguf_file import VOCABULARY_ARRAYS, GGUFFile
 from inferd.models.gguf_rope import llama3_scaling_from_rope_freqs
 
 GGUF_ARCH = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2,
@@ -266,6 +266,17 @@ def test_header_reader_agrees_with_gguf_reader(tmp_path):
         else:
             assert ours.metadata[key] == value, key
 
+
+
+def test_skipped_arrays_keep_their_lengths(tmp_path):
+    cfg, _, _, state = _hf_pieces("gemma3")
+    path = tmp_path / "gemma3.gguf"
+    write_gguf(path, "gemma3", cfg, state)
+    header = GGUFFile(path, skip=VOCABULARY_ARRAYS)
+    assert "tokenizer.ggml.tokens" not in header.metadata
+    assert header.skipped_lengths == {"tokenizer.ggml.tokens": cfg["vocab_size"]}
+    assert header.metadata["tokenizer.ggml.bos_token_id"] == cfg["bos_token_id"]  # what follows still parses
+    assert read_gguf_config(path)["vocab_size"] == cfg["vocab_size"]
 
 # -- the bundled Gemma 3 270M -----------------------------------------------
 
