@@ -19,10 +19,12 @@ from inferd.models.loader import LoadedModel  # noqa: E402
 from inferd.models.tokenizer import load_tokenizer  # noqa: E402
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):\n", "Once upon a time, in a small village"]
-# The third prompt meets a near-tie at token 16 (top two logits 1 bf16 ulp
-# apart) where the reference's own cached and uncached passes disagree; it is
-# checked by teacher forcing instead of exact equality.
-EXACT = 2
+# Greedy paths meet near-ties (top two logits a bf16 ulp or two apart) where
+# the kernels' summation order decides, and that differs between CPUs (the
+# third prompt ties at token 16 on AVX-512 machines, the first at token 11 on
+# AMX ones). So every token must be a near-argmax of the reference run on our
+# own prefix (teacher forcing), and where our path parts from the
+# reference's own, the reference's best two must nearly tie.
 NUM_TOKENS = 32
 TIE = 0.25  # two bf16 ulps at logits of magnitude ~20-30
 
@@ -69,11 +71,14 @@ def test_greedy_continuations_match_reference(bundled):
     while engine.has_work:  # all three run batched
         for o in engine.step():
             got[o.request_id] += o.token_ids
-    for i in range(EXACT):
-        assert got[str(i)] == expected[str(i)]
-    for i in range(EXACT, len(PROMPTS)):
-        ids = tokenizer.encode(PROMPTS[i])
+    for i, text in enumerate(PROMPTS):
+        ids, ours, theirs = tokenizer.encode(text), got[str(i)], expected[str(i)]
         with torch.no_grad():
-            logits = ref(torch.tensor([ids + got[str(i)]])).logits[0, len(ids) - 1 : -1].float()
-        chosen = logits.gather(1, torch.tensor(got[str(i)])[:, None])[:, 0]
-        assert (logits.max(dim=1).values - chosen).max() <= TIE
+            logits = ref(torch.tensor([ids + ours])).logits[0, len(ids) - 1 : -1].float()
+        best = logits.max(dim=1).values
+        chosen = logits.gather(1, torch.tensor(ours)[:, None])[:, 0]
+        assert (best - chosen).max() <= TIE, f"prompt {i}: a token the reference ranks clearly below its best"
+        diverged = next((t for t, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)
+        if diverged is not None:  # the paths may part only where the reference's best two nearly tie
+            runner_up = logits[diverged].topk(2).values
+            assert runner_up[0] - runner_up[1] <= TIE
