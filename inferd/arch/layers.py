@@ -28,11 +28,16 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(w + 1.0 if self.unit_offset else w, requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        if self.scale_in_float:
-            return (xf * self.weight).to(x.dtype)
-        return self.weight.to(x.dtype) * xf.to(x.dtype)
+        return rms_norm(x, self.weight, self.eps, self.scale_in_float)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, scale_in_float: bool) -> torch.Tensor:
+    """`RMSNorm`'s arithmetic over the last dimension; `weight` broadcasts
+    against x's trailing dimensions (one row per head for a joint Q/K norm)."""
+    normed = F.rms_norm(x.float(), x.shape[-1:], None, eps)  # x * rsqrt(mean(x^2) + eps): one op, not five
+    if scale_in_float:
+        return (normed * weight).to(x.dtype)
+    return weight.to(x.dtype) * normed.to(x.dtype)
 
 
 ACTIVATIONS = {

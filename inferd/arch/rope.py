@@ -64,16 +64,21 @@ class RotaryEmbedding(torch.nn.Module):
         super().__init__()
         inv_freq, self.attention_factor = inverse_frequencies(rope, head_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        # rotate_half(x) = roll(x) * sign: the sign is folded into sin once per step.
+        half = head_dim // 2
+        self.register_buffer("rotate_sign", torch.cat((-torch.ones(half), torch.ones(half))), persistent=False)
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and signed sin, [tokens, 1, head_dim], ready for `apply_rotary`."""
         freqs = positions.float()[:, None] * self.inv_freq[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return (emb.cos() * self.attention_factor).to(dtype), (emb.sin() * self.attention_factor).to(dtype)
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]
+        cos = (emb.cos() * self.attention_factor).to(dtype)
+        sin = (emb.sin() * self.attention_factor).to(dtype)
+        return cos, sin * self.rotate_sign.to(dtype)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [tokens, heads, head_dim]; cos/sin: [tokens, head_dim]."""
-    cos, sin = cos[:, None, :], sin[:, None, :]
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """x: [tokens, heads, head_dim] in the half-split layout; tables from
+    `RotaryEmbedding`. Equals x * cos + rotate_half(x) * sin, in three ops
+    fewer: rotate_half(x) = cat(-x2, x1) = roll(x, half) with x2's sign flipped."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from inferd.arch.attention import AttentionMetadata, KVCache, paged_attention
-from inferd.arch.layers import RMSNorm
+from inferd.arch.layers import RMSNorm, rms_norm
 from inferd.arch.rope import apply_rotary
 from inferd.models.config import ModelConfig
 
@@ -24,6 +24,7 @@ class SelfAttention(nn.Module):
         if cfg.qk_norm:
             self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, unit_offset=gemma_norms, scale_in_float=gemma_norms)
             self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, unit_offset=gemma_norms, scale_in_float=gemma_norms)
+        self._qk_weight: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self.sliding = cfg.is_sliding(layer)
         self.scale = cfg.attn_scale
 
@@ -35,13 +36,22 @@ class SelfAttention(nn.Module):
         meta: AttentionMetadata,
     ) -> torch.Tensor:
         t = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(t, self.num_heads, self.head_dim)
-        k = k.view(t, self.num_kv_heads, self.head_dim)
-        v = v.view(t, self.num_kv_heads, self.head_dim)
+        qkv = self.qkv_proj(x)
+        # Q and K heads side by side, normed and rotated as one [t, H + Hkv, D] tensor.
+        qk = qkv[:, : self.q_size + self.kv_size].view(t, self.num_heads + self.num_kv_heads, self.head_dim)
+        v = qkv[:, self.q_size + self.kv_size :].view(t, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        cos, sin = rope
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+            qk = rms_norm(qk, self._qk_norm_weight(), self.q_norm.eps, self.q_norm.scale_in_float)
+        qk = apply_rotary(qk, *rope)
+        q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
         o = paged_attention(q, k, v, cache, meta, self.scale, self.sliding)
         return self.o_proj(o.reshape(t, self.q_size))
+
+    def _qk_norm_weight(self) -> torch.Tensor:
+        """q_norm's weight for each query head, then k_norm's for each KV head;
+        rebuilt only when either norm's weight is replaced (loading)."""
+        q_weight, k_weight = self.q_norm.weight, self.k_norm.weight
+        if self._qk_weight is None or self._qk_weight[0] is not q_weight or self._qk_weight[1] is not k_weight:
+            joint = torch.cat((q_weight.expand(self.num_heads, -1), k_weight.expand(self.num_kv_heads, -1)))
+            self._qk_weight = (q_weight, k_weight, joint)
+        return self._qk_weight[2]
