@@ -202,3 +202,18 @@ def test_an_embedding_shared_with_the_head_stays_in_memory(tiny, tmp_path):
     warm = load_model(str(tiny), "bfloat16", "cpu", "mixed")  # the head's dense weight is the embedding
     assert warm.model.fast_head.dense.data_ptr() == warm.model.embed_tokens.weight.data_ptr()
     assert mapped_file(warm.model.embed_tokens.weight) is None
+
+
+@pytest.mark.skipif(not can_pack(BF16, CPU), reason="this CPU's oneDNN runs no bf16 matmuls")
+def test_the_bundled_model_looks_tokens_up_in_the_cache_map(tmp_path, monkeypatch):
+    from inferd.models.gguf import iter_gguf_tensors
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    loaded = load_model()  # the default: bf16, its head a packed copy of the tied embedding
+    (cache_file,) = (tmp_path / "cache" / "inferd" / "weights").glob("*.safetensors")
+    assert isinstance(loaded.model.fast_head, PackedLinear)
+    embedding = loaded.model.embed_tokens.weight
+    assert mapped_file(embedding) == str(cache_file)
+    dequantized = next(t for name, t in iter_gguf_tensors(loaded.path) if name.endswith("embed_tokens.weight"))
+    rows = torch.tensor([0, 2, 1000, 262143])
+    assert torch.equal(embedding[rows], dequantized[rows])
