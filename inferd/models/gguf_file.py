@@ -42,6 +42,7 @@ _U32, _U64 = _SCALARS[_UINT32], _SCALARS[_UINT64]
 VOCABULARY_ARRAYS = frozenset({"tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
                                "tokenizer.ggml.merges"})
 
+
 class GGUFError(ValueError):
     """The GGUF file is malformed, or uses an architecture or quant type inferd cannot load."""
 
