@@ -40,6 +40,24 @@ async def connected(server):
     return client
 
 
+async def put_after_restart(server, prefix: str, worker_id: str, timeout: float = 20.0) -> None:
+    """gRPC shares a connection per address between channels, and the one
+    to a restarted etcd may still sit in its reconnect backoff for a moment
+    (calls then fail at once with the last error, 'connection refused')."""
+    deadline = time.monotonic() + timeout
+    while True:
+        client = await connected(server)
+        try:
+            await put(client, prefix, worker_id)
+            return
+        except aetcd.exceptions.ConnectionFailedError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+        finally:
+            await client.close()
+
+
 def test_loads_the_prefix_then_applies_puts_and_deletes(etcd_server):
     async def main():
         prefix, fleet = new_prefix(), Fleet(RecordingPolicy())
@@ -149,9 +167,7 @@ def test_the_watch_reconnects_after_etcd_restarts(tmp_path):
             await asyncio.sleep(0.3)  # the watch fails and retries while etcd is gone
             assert sorted(fleet.workers) == ["w1"]
             await asyncio.to_thread(server.start)
-            client = await connected(server)
-            await put(client, prefix, "w2")
-            await client.close()
+            await put_after_restart(server, prefix, "w2")
             await until(lambda: sorted(fleet.workers) == ["w1", "w2"], "w2 seen after the restart")
         finally:
             task.cancel()
