@@ -72,9 +72,9 @@ class RotaryEmbedding(torch.nn.Module):
         """cos and signed sin, [tokens, 1, head_dim], ready for `apply_rotary`."""
         freqs = positions.float()[:, None] * self.inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]
+        # Signing before the cast rounds to the same values: rounding is symmetric about zero.
         cos = (emb.cos() * self.attention_factor).to(dtype)
-        sin = (emb.sin() * self.attention_factor).to(dtype)
-        return cos, sin * self.rotate_sign.to(dtype)
+        return cos, (emb.sin() * self.attention_factor * self.rotate_sign).to(dtype)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:

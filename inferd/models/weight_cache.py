@@ -64,9 +64,7 @@ def map_cached_tensor(cache_file: Path, name: str) -> torch.Tensor | None:
     table read a row at a time (the token embedding)."""
     try:
         with open(cache_file, "rb") as f:
-            (header_len,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(header_len))
-            aliases = json.loads(header.pop("__metadata__", {}).get("aliases", "{}"))
+            header, aliases, data_start = _read_header(f)
             info = header.get(aliases.get(name, name))
             if info is None:
                 return None
@@ -76,7 +74,7 @@ def map_cached_tensor(cache_file: Path, name: str) -> torch.Tensor | None:
         return None
     begin, end = info["data_offsets"]
     dtype = _DTYPES[info["dtype"]]
-    flat = torch.frombuffer(mapping, dtype=dtype, count=(end - begin) // dtype.itemsize, offset=8 + header_len + begin)
+    flat = torch.frombuffer(mapping, dtype=dtype, count=(end - begin) // dtype.itemsize, offset=data_start + begin)
     return flat.view(info["shape"])
 
 
@@ -88,10 +86,7 @@ def _read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, st
     out would hold the mapping and the copies at once, doubling peak memory.
     """
     with open(path, "rb") as f:
-        (header_len,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(header_len))
-        aliases = json.loads(header.pop("__metadata__", {}).get("aliases", "{}"))
-        data_start = 8 + header_len
+        header, aliases, data_start = _read_header(f)
         state = {}
         for name, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
             begin, end = info["data_offsets"]
@@ -102,6 +97,15 @@ def _read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, st
                 raise ValueError(f"{name}: truncated")
             state[name] = tensor
     return state, aliases
+
+
+def _read_header(f) -> tuple[dict, dict[str, str], int]:
+    """A safetensors file's tensor entries, its aliases (ours, in the metadata)
+    and where the tensor data starts."""
+    (header_len,) = struct.unpack("<Q", f.read(8))
+    header = json.loads(f.read(header_len))
+    aliases = json.loads(header.pop("__metadata__", {}).get("aliases", "{}"))
+    return header, aliases, 8 + header_len
 
 
 def store_state(cache_file: Path, model: nn.Module) -> bool:

@@ -267,7 +267,6 @@ def test_header_reader_agrees_with_gguf_reader(tmp_path):
             assert ours.metadata[key] == value, key
 
 
-
 def test_skipped_arrays_keep_their_lengths(tmp_path):
     cfg, _, _, state = _hf_pieces("gemma3")
     path = tmp_path / "gemma3.gguf"
@@ -277,6 +276,7 @@ def test_skipped_arrays_keep_their_lengths(tmp_path):
     assert header.skipped_lengths == {"tokenizer.ggml.tokens": cfg["vocab_size"]}
     assert header.metadata["tokenizer.ggml.bos_token_id"] == cfg["bos_token_id"]  # what follows still parses
     assert read_gguf_config(path)["vocab_size"] == cfg["vocab_size"]
+
 
 # -- the bundled Gemma 3 270M -----------------------------------------------
 
