@@ -13,6 +13,12 @@ Schemes (`--weights`):
 - `int8` / `int4`: every projection and the LM head quantized (projections
   whose shape the int4 kernel cannot take fall back to int8).
 
+Where inferd's own kernels are built for the CPU (`inferd.kernels`,
+AVX-512 VNNI) the quantized layers use them: they also quantize activations
+to int8 per group of 32 inputs, and stay ahead of the dense GEMM up to eight
+rows, so `mixed` then serves batched decode of up to eight sequences from
+the quantized weights too.
+
 Norms, embeddings (a lookup reads one row per token) and the KV cache stay
 in the engine dtype.
 """
@@ -26,7 +32,8 @@ from torch import nn
 
 from inferd.arch.base import CausalLM
 from inferd.arch.packed_linear import PackedLinear, can_pack
-from inferd.arch.quantized_linear import QuantizedLinear, int4_fits
+from inferd.arch.quantized_linear import QuantizedLinear, can_tile, int4_fits
+from inferd.kernels import quant_gemv
 
 WEIGHT_SCHEMES = ("bf16", "mixed", "int8", "int4")
 
@@ -47,6 +54,9 @@ SCHEMES = {
     "int8": Quantization(8, 8),
     "int4": Quantization(4, 4),
 }
+# With inferd's kernels, from this many rows the dense weight is faster (they
+# take up to eight rows per pass over the weights; measured as above).
+TILED_DENSE_FROM = quant_gemv.MAX_ROWS + 1
 
 
 def resolve_weights(scheme: str, dtype: torch.dtype, device: torch.device) -> Quantization | None:
@@ -60,18 +70,30 @@ def resolve_weights(scheme: str, dtype: torch.dtype, device: torch.device) -> Qu
     return SCHEMES[scheme]
 
 
+def weights_label(q: Quantization | None, dtype: torch.dtype) -> str:
+    """Names what `quantize_model` builds here, for the weight cache: the
+    scheme, the dtype and the kernels' layout."""
+    layout = "-tiled" if q is not None and dtype == torch.bfloat16 and quant_gemv.available() else ""
+    return f"{q}-{dtype}{layout}"
+
+
 def quantize_model(model: CausalLM, q: Quantization, dtype: torch.dtype, empty: bool = False) -> None:
     """Replace the projections and the LM head with quantized layers.
     `empty`: only the structure, with empty (meta) buffers, for a state dict
     to fill (the weight cache)."""
 
     def swap(weight: torch.Tensor, bias: torch.Tensor | None, bits: int, dense_from: int | None) -> QuantizedLinear:
-        if bits == 4 and not int4_fits(weight):
+        tiled = can_tile(weight, dtype)
+        if bits == 4 and not (tiled or int4_fits(weight)):
             bits = 8
+        if tiled and dense_from is not None:
+            dense_from = TILED_DENSE_FROM
         if empty:
             with torch.device("meta"):
-                return QuantizedLinear(weight.shape[1], weight.shape[0], bits, dtype, bias is not None, dense_from)
-        return QuantizedLinear.from_weight(weight.data, None if bias is None else bias.data, bits, dtype, dense_from)
+                return QuantizedLinear(weight.shape[1], weight.shape[0], bits, dtype, bias is not None, dense_from,
+                                       tiled)
+        return QuantizedLinear.from_weight(weight.data, None if bias is None else bias.data, bits, dtype, dense_from,
+                                           tiled)
 
     for module, name, linear in _projections(model):
         setattr(module, name, swap(linear.weight, linear.bias, q.layer_bits, q.layer_dense_from))

@@ -8,12 +8,18 @@ bytes 2x or 4x; activations stay in the engine dtype.
 - int4: asymmetric, a scale and a zero per group of 32 inputs
   (`torch._weight_int4pack_mm_for_cpu`). The bundled GGUF's K-quants use the
   same 32-wide groups with 16 levels, so re-quantizing them loses little.
+
+`tiled` layers hold the same values in the layout of inferd's own kernels
+(`inferd.kernels.quant_gemv`, used where they are built for the CPU), which
+also quantize activations to int8 and run several times faster.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from inferd.kernels import quant_gemv
 
 INT4_GROUP = 32
 # The int4 kernel packs output channels in tiles of 16.
@@ -36,9 +42,10 @@ def quantize_int8(weight: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tenso
     return torch.cat(qs), torch.cat(scales)
 
 
-def quantize_int4(weight: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """[N, K] -> (packed int4, scales_and_zeros [K/32, N, 2]) with
-    weight ~= (q - 8) * scale + zero, q in 0..15."""
+def quantize_int4(weight: torch.Tensor, dtype: torch.dtype, tiled: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """[N, K] -> weight ~= q * scale + low, q in 0..15, per group of 32 inputs:
+    torch's (packed int4, scales_and_zeros [K/32, N, 2]) with zero = low + 8 * scale,
+    or tiled, `quant_gemv.tile_int4`'s (bytes, params)."""
     packed, params = [], []
     for chunk in weight.split(_CHUNK_ROWS):
         n, k = chunk.shape
@@ -46,14 +53,26 @@ def quantize_int4(weight: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tenso
         lo, hi = w.amin(dim=2), w.amax(dim=2)
         scale = ((hi - lo) / 15).clamp(min=1e-12)
         q = torch.round((w - lo[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32).reshape(n, k)
-        packed.append(torch._convert_weight_to_int4pack_for_cpu(q, 1))
-        params.append(torch.stack([scale, lo + 8 * scale], dim=-1).to(dtype))  # [n, K/32, 2]
+        if tiled:
+            chunk_packed, chunk_params = quant_gemv.tile_int4(q, scale.to(dtype), lo.to(dtype))
+            packed.append(chunk_packed)
+            params.append(chunk_params)
+        else:
+            packed.append(torch._convert_weight_to_int4pack_for_cpu(q, 1))
+            params.append(torch.stack([scale, lo + 8 * scale], dim=-1).to(dtype))  # [n, K/32, 2]
+    if tiled:
+        return torch.cat(packed), torch.cat(params)
     return torch.cat(packed), torch.cat(params).transpose(0, 1).contiguous()
 
 
 def int4_fits(weight: torch.Tensor) -> bool:
     n, k = weight.shape
     return k % INT4_GROUP == 0 and n % _INT4_N_MULTIPLE == 0
+
+
+def can_tile(weight: torch.Tensor, dtype: torch.dtype) -> bool:
+    """inferd's kernels are built for this CPU and take this layer."""
+    return dtype == torch.bfloat16 and quant_gemv.fits(*weight.shape) and quant_gemv.available()
 
 
 class QuantizedLinear(nn.Module):
@@ -66,20 +85,26 @@ class QuantizedLinear(nn.Module):
 
     The constructor makes empty buffers of the right shapes (filled by a
     state dict, e.g. from the weight cache); `from_weight` quantizes.
+    `tiled`: the layout of inferd's kernels (see `can_tile`) instead of torch's.
     """
 
     def __init__(self, in_features: int, out_features: int, bits: int, dtype: torch.dtype, bias: bool = False,
-                 dense_from_rows: int | None = None):
+                 dense_from_rows: int | None = None, tiled: bool = False):
         super().__init__()
         if bits not in (4, 8):
             raise ValueError(f"quantized weights have 4 or 8 bits, not {bits}")
-        self.bits, self.in_features, self.out_features = bits, in_features, out_features
-        if bits == 4:
-            self.register_buffer("qweight", torch.empty(out_features, in_features // 2, dtype=torch.uint8))
-            self.register_buffer("scales", torch.empty(in_features // INT4_GROUP, out_features, 2, dtype=dtype))
+        self.bits, self.in_features, self.out_features, self.tiled = bits, in_features, out_features, tiled
+        n, k, tile, groups = out_features, in_features, quant_gemv.TILE, in_features // INT4_GROUP
+        if bits == 4 and tiled:
+            self.register_buffer("qweight", torch.empty(n // tile, groups, 4, tile, 4, dtype=torch.uint8))
+            self.register_buffer("scales", torch.empty(n // tile, groups, 2, tile, dtype=dtype))
+        elif bits == 4:
+            self.register_buffer("qweight", torch.empty(n, k // 2, dtype=torch.uint8))
+            self.register_buffer("scales", torch.empty(groups, n, 2, dtype=dtype))
         else:
-            self.register_buffer("qweight", torch.empty(out_features, in_features, dtype=torch.int8))
-            self.register_buffer("scales", torch.empty(out_features, dtype=dtype))
+            shape = (n // tile, k // 4, tile, 4) if tiled else (n, k)
+            self.register_buffer("qweight", torch.empty(shape, dtype=torch.int8))
+            self.register_buffer("scales", torch.empty(n, dtype=dtype))
         self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype), requires_grad=False) if bias else None
         self.dense_from_rows = dense_from_rows
         dense = None if dense_from_rows is None else torch.empty(out_features, in_features, dtype=dtype)
@@ -88,11 +113,15 @@ class QuantizedLinear(nn.Module):
 
     @classmethod
     def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None, bits: int, dtype: torch.dtype,
-                    dense_from_rows: int | None = None) -> QuantizedLinear:
+                    dense_from_rows: int | None = None, tiled: bool = False) -> QuantizedLinear:
         out_features, in_features = weight.shape
         with torch.device("meta"):
-            layer = cls(in_features, out_features, bits, dtype, bias is not None, dense_from_rows)
-        layer.qweight, layer.scales = (quantize_int4 if bits == 4 else quantize_int8)(weight, dtype)
+            layer = cls(in_features, out_features, bits, dtype, bias is not None, dense_from_rows, tiled)
+        if bits == 4:
+            layer.qweight, layer.scales = quantize_int4(weight, dtype, tiled)
+        else:
+            q, layer.scales = quantize_int8(weight, dtype)
+            layer.qweight = quant_gemv.tile_int8(q) if tiled else q
         if bias is not None:
             layer.bias = nn.Parameter(bias.to(dtype), requires_grad=False)
         if dense_from_rows is not None:
@@ -105,6 +134,9 @@ class QuantizedLinear(nn.Module):
             if self.packed_dense is not None:
                 return self.packed_dense(x)
             return torch.nn.functional.linear(x, self.dense, self.bias)
+        if self.tiled:
+            product = quant_gemv.int4_matmul if self.bits == 4 else quant_gemv.int8_matmul
+            return product(x, self.qweight, self.scales, self.bias)
         if self.bits == 4:
             y = torch._weight_int4pack_mm_for_cpu(flat, self.qweight, INT4_GROUP, self.scales)
         else:
@@ -114,4 +146,5 @@ class QuantizedLinear(nn.Module):
 
     def extra_repr(self) -> str:
         dense = "" if self.dense is None else f", dense_from_rows={self.dense_from_rows}"
-        return f"in_features={self.in_features}, out_features={self.out_features}, bits={self.bits}{dense}"
+        tiled = ", tiled" if self.tiled else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, bits={self.bits}{tiled}{dense}"

@@ -12,7 +12,7 @@ import torch
 
 from inferd.arch import build_model
 from inferd.arch.base import CausalLM
-from inferd.arch.quantize import pack_for_cpu, quantize_model, resolve_weights
+from inferd.arch.quantize import pack_for_cpu, quantize_model, resolve_weights, weights_label
 from inferd.models.config import ModelConfig
 from inferd.models.default import DEFAULT_MODEL_NAME, default_model_path
 from inferd.models.progress import with_progress
@@ -78,7 +78,7 @@ def load_model(model: str | None = None, dtype: str = "auto", device: str = "aut
     net = build_model(config)
     # Cached: dequantizing a GGUF, and quantizing; safetensors in the engine dtype load fast as they are.
     cached = torch_device.type == "cpu" and (path.is_file() or quantization is not None)
-    cache_file = weight_cache_file(path, f"{quantization}-{torch_dtype}") if cached else None
+    cache_file = weight_cache_file(path, weights_label(quantization, torch_dtype)) if cached else None
     state = None if cache_file is None else load_cached_state(cache_file)
     if state is not None:
         if quantization is not None:

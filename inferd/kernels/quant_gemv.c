@@ -1,0 +1,234 @@
+/* Weight-only quantized matrix products for decoding on CPU: y = x @ W.T.
+ *
+ * Decoding reads every weight once per step, so a step is bound by weight
+ * bytes over memory bandwidth. These kernels read each weight once per call,
+ * apply it to up to eight activation rows, and keep the arithmetic cheap
+ * enough to run at bandwidth: activations are quantized to int8 per group of
+ * 32 inputs (as llama.cpp's Q8 activations), and products are summed in
+ * int32 four at a time (AVX-512 VNNI `vpdpbusd`, u8 x s8).
+ *
+ * Layouts (N a multiple of 16, K of 32): output rows come in tiles of 16,
+ * one per 32-bit vector lane, so a tile's 16 results fill one register.
+ * - int8: [N/16][K/4][16][4] int8, w = q * scale[n] (bf16 [N]).
+ * - int4: [N/16][K/32][4][16][4] bytes; in block j of a group the low
+ *   nibbles are inputs 4j..4j+3 and the high nibbles 16+4j..16+4j+3 of each
+ *   of the 16 rows. params [N/16][K/32][2][16] bf16: scale, then min;
+ *   w = q * scale + min, q in 0..15.
+ * Activations x [M, K] and outputs y [M, N] are bf16, row-major.
+ *
+ * The portable path computes the same sums in scalar C; the vector path is
+ * used where the compiler targets AVX-512 VNNI (`inferd_quant_gemv_vectorized`).
+ * Threads: OpenMP over tiles, linked to the libgomp torch loads, so it shares
+ * torch's thread pool and thread count.
+ */
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define VECTORIZED 1
+#include <immintrin.h>
+#else
+#define VECTORIZED 0
+#endif
+
+#define TILE 16
+#define GROUP 32
+#define MAX_ROWS 8 /* activation rows applied per weight load */
+
+int inferd_quant_gemv_vectorized(void) { return VECTORIZED; }
+
+static inline float bf16_to_float(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint16_t float_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);                                         /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+/* x quantized per group of 32: xq = round(x / d), d = max|x| / 127; with
+ * each group's scale d and its exact float sum (which carries int4's mins). */
+typedef struct {
+    int8_t *q;
+    float *scale, *sum;
+    float *offset; /* per row: 128 * sum of d * xq, what int8's unsigned shift adds */
+} Activations;
+
+static int quantize_activations(const uint16_t *x, int64_t M, int64_t K, Activations *a) {
+    int64_t count = M * K, groups = count / GROUP;
+    a->q = aligned_alloc(64, (size_t)((count + 63) / 64 * 64));
+    a->scale = malloc((size_t)groups * sizeof(float));
+    a->sum = malloc((size_t)groups * sizeof(float));
+    a->offset = calloc((size_t)M, sizeof(float));
+    if (!a->q || !a->scale || !a->sum || !a->offset) return -1;
+    for (int64_t g = 0; g < groups; g++) {
+        float v[GROUP], amax = 0, sum = 0;
+        for (int j = 0; j < GROUP; j++) {
+            v[j] = bf16_to_float(x[g * GROUP + j]);
+            amax = fmaxf(amax, fabsf(v[j]));
+            sum += v[j];
+        }
+        float d = amax / 127.0f, inv = d > 0 ? 1.0f / d : 0.0f;
+        int32_t qsum = 0;
+        for (int j = 0; j < GROUP; j++) {
+            a->q[g * GROUP + j] = (int8_t)lrintf(v[j] * inv);
+            qsum += a->q[g * GROUP + j];
+        }
+        a->scale[g] = d;
+        a->sum[g] = sum;
+        a->offset[g * GROUP / K] += 128.0f * (float)qsum * d;
+    }
+    return 0;
+}
+
+static void free_activations(Activations *a) {
+    free(a->q);
+    free(a->scale);
+    free(a->sum);
+    free(a->offset);
+}
+
+static inline void store_row(uint16_t *y, const float *v, const uint16_t *bias) {
+    for (int i = 0; i < TILE; i++) y[i] = float_to_bf16(bias ? v[i] + bf16_to_float(bias[i]) : v[i]);
+}
+
+/* ---- int8 ---------------------------------------------------------------- */
+
+static void q8_tile(const Activations *a, int rows, int64_t K, const int8_t *w, const uint16_t *scales,
+                    const uint16_t *bias, int64_t N, int64_t tile, uint16_t *y) {
+    const int64_t groups = K / GROUP;
+    const int8_t *wt = w + tile * TILE * K;
+    float out[MAX_ROWS][TILE];
+#if VECTORIZED
+    __m512 acc[MAX_ROWS];
+    for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
+    const __m512i flip = _mm512_set1_epi8((char)0x80); /* s8 -> u8 + 128, for vpdpbusd's unsigned operand */
+    for (int64_t g = 0; g < groups; g++) {
+        __m512i wv[8];
+        for (int j = 0; j < 8; j++) wv[j] = _mm512_xor_si512(_mm512_loadu_si512(wt + (g * 8 + j) * 64), flip);
+        for (int m = 0; m < rows; m++) {
+            const int8_t *xq = a->q + m * K + g * GROUP;
+            __m512i isum = _mm512_setzero_si512();
+            for (int j = 0; j < 8; j++) isum = _mm512_dpbusd_epi32(isum, wv[j], _mm512_set1_epi32(*(const int32_t *)(xq + 4 * j)));
+            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(a->scale[m * groups + g]), acc[m]);
+        }
+    }
+    __m512 scale = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(scales + tile * TILE))), 16));
+    for (int m = 0; m < rows; m++) /* (q + 128) * xq over-counts by the row's offset, the same for all of W */
+        _mm512_storeu_ps(out[m], _mm512_mul_ps(_mm512_sub_ps(acc[m], _mm512_set1_ps(a->offset[m])), scale));
+#else
+    for (int m = 0; m < rows; m++)
+        for (int i = 0; i < TILE; i++) {
+            float total = 0;
+            for (int64_t g = 0; g < groups; g++) {
+                int32_t s = 0;
+                for (int j = 0; j < GROUP; j++) {
+                    int64_t k = g * GROUP + j;
+                    s += (int32_t)wt[(k / 4) * TILE * 4 + i * 4 + k % 4] * a->q[m * K + k];
+                }
+                total += (float)s * a->scale[m * groups + g];
+            }
+            out[m][i] = total * bf16_to_float(scales[tile * TILE + i]);
+        }
+#endif
+    for (int m = 0; m < rows; m++) store_row(y + m * N + tile * TILE, out[m], bias ? bias + tile * TILE : NULL);
+}
+
+/* ---- int4 ---------------------------------------------------------------- */
+
+static void q4_tile(const Activations *a, int rows, int64_t K, const uint8_t *w, const uint16_t *params,
+                    const uint16_t *bias, int64_t N, int64_t tile, uint16_t *y) {
+    const int64_t groups = K / GROUP;
+    const uint8_t *wt = w + tile * TILE * K / 2;
+    const uint16_t *pt = params + tile * groups * 2 * TILE;
+    float out[MAX_ROWS][TILE];
+#if VECTORIZED
+    __m512 acc[MAX_ROWS];
+    for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
+    const __m512i nibble = _mm512_set1_epi8(0x0f);
+    for (int64_t g = 0; g < groups; g++) {
+        __m512i lo[4], hi[4];
+        for (int j = 0; j < 4; j++) {
+            __m512i v = _mm512_loadu_si512(wt + (g * 4 + j) * 64);
+            lo[j] = _mm512_and_si512(v, nibble);
+            hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+        }
+        const uint16_t *pg = pt + g * 2 * TILE;
+        __m512 scale = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)pg)), 16));
+        __m512 min = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(pg + TILE))), 16));
+        for (int m = 0; m < rows; m++) {
+            const int8_t *xq = a->q + m * K + g * GROUP;
+            __m512i isum = _mm512_setzero_si512();
+            for (int j = 0; j < 4; j++) {
+                isum = _mm512_dpbusd_epi32(isum, lo[j], _mm512_set1_epi32(*(const int32_t *)(xq + 4 * j)));
+                isum = _mm512_dpbusd_epi32(isum, hi[j], _mm512_set1_epi32(*(const int32_t *)(xq + 16 + 4 * j)));
+            }
+            __m512 ds = _mm512_mul_ps(scale, _mm512_set1_ps(a->scale[m * groups + g]));
+            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), ds, acc[m]);
+            acc[m] = _mm512_fmadd_ps(min, _mm512_set1_ps(a->sum[m * groups + g]), acc[m]);
+        }
+    }
+    for (int m = 0; m < rows; m++) _mm512_storeu_ps(out[m], acc[m]);
+#else
+    for (int m = 0; m < rows; m++)
+        for (int i = 0; i < TILE; i++) {
+            float total = 0;
+            for (int64_t g = 0; g < groups; g++) {
+                int32_t s = 0;
+                for (int j = 0; j < 16; j++) {
+                    uint8_t byte = wt[(g * 4 + j / 4) * 64 + i * 4 + j % 4];
+                    s += (byte & 0xf) * a->q[m * K + g * GROUP + j] + (byte >> 4) * a->q[m * K + g * GROUP + 16 + j];
+                }
+                const uint16_t *pg = pt + g * 2 * TILE;
+                total += (float)s * bf16_to_float(pg[i]) * a->scale[m * groups + g];
+                total += bf16_to_float(pg[TILE + i]) * a->sum[m * groups + g];
+            }
+            out[m][i] = total;
+        }
+#endif
+    for (int m = 0; m < rows; m++) store_row(y + m * N + tile * TILE, out[m], bias ? bias + tile * TILE : NULL);
+}
+
+/* ---- entry points ---------------------------------------------------------- */
+
+typedef void (*TileFn)(const Activations *, int, int64_t, const void *, const uint16_t *, const uint16_t *, int64_t,
+                       int64_t, uint16_t *);
+
+static int gemv(TileFn tile_fn, const uint16_t *x, int64_t M, int64_t K, const void *w, const uint16_t *params,
+                int64_t N, const uint16_t *bias, uint16_t *y) {
+    if (K % GROUP || N % TILE) return -2;
+    Activations a = {0};
+    if (quantize_activations(x, M, K, &a)) {
+        free_activations(&a);
+        return -1;
+    }
+    const int64_t groups = K / GROUP;
+    for (int64_t m0 = 0; m0 < M; m0 += MAX_ROWS) {
+        int rows = (int)(M - m0 < MAX_ROWS ? M - m0 : MAX_ROWS);
+        Activations am = {a.q + m0 * K, a.scale + m0 * groups, a.sum + m0 * groups, a.offset + m0};
+#pragma omp parallel for schedule(static)
+        for (int64_t tile = 0; tile < N / TILE; tile++) tile_fn(&am, rows, K, w, params, bias, N, tile, y + m0 * N);
+    }
+    free_activations(&a);
+    return 0;
+}
+
+int inferd_q8_gemv(const uint16_t *x, int64_t M, int64_t K, const int8_t *w, const uint16_t *scales, int64_t N,
+                   const uint16_t *bias, uint16_t *y) {
+    return gemv((TileFn)q8_tile, x, M, K, w, scales, N, bias, y);
+}
+
+int inferd_q4_gemv(const uint16_t *x, int64_t M, int64_t K, const uint8_t *w, const uint16_t *params, int64_t N,
+                   const uint16_t *bias, uint16_t *y) {
+    return gemv((TileFn)q4_tile, x, M, K, w, params, N, bias, y);
+}
