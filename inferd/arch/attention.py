@@ -5,10 +5,11 @@ slot = block_id * block_size + offset. Each step the runner describes the
 batch once (`AttentionMetadata`) and every layer reuses it:
 
 - decode rows (one query token each) come first, grouped by context length
-  rounded up to a bucket; each group is attended in one batched float32
-  matmul-softmax-matmul over its gathered, padded contexts (for one query
-  row this is several times faster on CPU than the fused SDPA kernel, whose
-  fixed cost dominates at this size). Padding depends only on a row's own
+  rounded up to a bucket; on CPU in bf16 each group is one call of
+  inferd's kernel (`inferd.kernels.decode_attention`), which reads K and V
+  from their slots; elsewhere one batched float32 matmul-softmax-matmul
+  over the gathered, padded contexts (for one query row several times
+  faster than the fused SDPA kernel, whose fixed cost dominates at this size). Padding depends only on a row's own
   length, so a row's result does not depend on its neighbours (batch
   invariance: the reduction changes with padded length);
 - each prefill chunk then attends its own context (cached prefix + chunk).
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+from inferd.kernels import decode_attention
 
 
 @dataclass
@@ -71,9 +74,14 @@ def paged_attention(
     v_cache.index_copy_(0, meta.slot_mapping, v)
     out = torch.empty_like(q)
     gqa = q.shape[1] != k.shape[1]
+    native = bool(meta.decodes) and decode_attention.supports(q, k_cache)
     for group in meta.decodes:
         view = group.sliding if sliding and group.sliding is not None else group.full
-        out[group.start : group.end] = _decode_attention(q[group.start : group.end], k_cache, v_cache, view, scale)
+        rows = slice(group.start, group.end)
+        if native:
+            decode_attention.decode_attention(q[rows], k_cache, v_cache, view.slots, view.mask, scale, out[rows])
+        else:
+            out[rows] = _decode_attention(q[rows], k_cache, v_cache, view, scale)
     for span in meta.prefills:
         view = span.sliding if sliding and span.sliding is not None else span.full
         qs = q[span.start : span.end].transpose(0, 1)  # [H, n, D]

@@ -1,0 +1,88 @@
+"""The native decode-attention kernel against the torch path it replaces."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from inferd.arch.attention import ContextView, _decode_attention
+from inferd.kernels import decode_attention
+
+BF16 = torch.bfloat16
+
+needs_compiler = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+
+
+def builds():
+    return [pytest.param((), marks=needs_compiler, id="native"),
+            pytest.param(("-mno-avx512f",), marks=needs_compiler, id="portable")]
+
+
+def padded_view(lengths: list[int], width: int, num_slots: int, generator: torch.Generator) -> ContextView:
+    """Each row's context at scattered slots, padded to `width` with masked repeats."""
+    slots = torch.stack([torch.randperm(num_slots, generator=generator)[:width] for _ in lengths])
+    mask = torch.zeros(len(lengths), width)
+    for row, length in enumerate(lengths):
+        mask[row, length:] = float("-inf")
+        slots[row, length:] = slots[row, length - 1]
+    return ContextView(slots=slots, mask=mask[:, None, None, :])
+
+
+@pytest.mark.parametrize("build", builds())
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(4, 1, 256), (8, 2, 64), (4, 4, 24)])
+def test_matches_the_torch_path(build, heads, kv_heads, dim):
+    generator = torch.Generator().manual_seed(heads * dim)
+    k_cache = torch.randn(300, kv_heads, dim, generator=generator).to(BF16)
+    v_cache = torch.randn(300, kv_heads, dim, generator=generator).to(BF16)
+    view = padded_view([1, 37, 128, 64], 128, 300, generator)
+    q = torch.randn(4, heads, dim, generator=generator).to(BF16)
+    out = torch.empty_like(q)
+    decode_attention.decode_attention(q, k_cache, v_cache, view.slots, view.mask, dim**-0.5, out,
+                                      decode_attention.library(build))
+    want = _decode_attention(q, k_cache, v_cache, view, dim**-0.5)
+    torch.testing.assert_close(out.float(), want.float(), rtol=2**-7, atol=2**-9)
+    # A single context slot returns its value exactly (softmax of one score is 1).
+    assert torch.equal(out[0], v_cache[view.slots[0, 0]].repeat_interleave(heads // kv_heads, dim=0))
+
+
+def test_a_row_does_not_depend_on_its_batch():
+    generator = torch.Generator().manual_seed(0)
+    k_cache, v_cache = (torch.randn(200, 1, 256, generator=generator).to(BF16) for _ in range(2))
+    view = padded_view([50, 64, 20], 64, 200, generator)
+    q = torch.randn(3, 4, 256, generator=generator).to(BF16)
+    together = torch.empty_like(q)
+    decode_attention.decode_attention(q, k_cache, v_cache, view.slots, view.mask, 0.0625, together)
+    for row in range(3):
+        alone = torch.empty_like(q[row : row + 1])
+        mask = view.mask[row : row + 1].contiguous()
+        decode_attention.decode_attention(q[row : row + 1], k_cache, v_cache, view.slots[row : row + 1].contiguous(),
+                                          mask, 0.0625, alone)
+        assert torch.equal(alone[0], together[row])
+
+
+def test_queries_may_be_a_view_of_a_wider_tensor():
+    """The model passes Q as the first heads of its joint Q/K tensor."""
+    generator = torch.Generator().manual_seed(1)
+    k_cache, v_cache = (torch.randn(64, 1, 32, generator=generator).to(BF16) for _ in range(2))
+    view = padded_view([10, 5], 16, 64, generator)
+    qk = torch.randn(2, 5, 32, generator=generator).to(BF16)
+    q = qk[:, :4]
+    assert decode_attention.supports(q, k_cache) == (decode_attention.library() is not None)
+    out = torch.empty(2, 4, 32, dtype=BF16)
+    decode_attention.decode_attention(q, k_cache, v_cache, view.slots, view.mask, 0.2, out)
+    torch.testing.assert_close(out.float(), _decode_attention(q, k_cache, v_cache, view, 0.2).float(),
+                               rtol=2**-7, atol=2**-9)
+
+
+def test_what_it_does_not_take():
+    k_cache = torch.zeros(8, 1, 16, dtype=BF16)
+    assert not decode_attention.supports(torch.zeros(1, 2, 16), k_cache.float())  # float32
+    assert not decode_attention.supports(torch.zeros(1, 2, 32, dtype=BF16)[:, :, :16], k_cache)  # strided heads
+    q, slots, mask = torch.zeros(1, 3, 16, dtype=BF16), torch.zeros(1, 4, dtype=torch.int64), torch.zeros(1, 4)
+    with pytest.raises(ValueError, match="3 query heads do not share 2 KV heads evenly"):
+        decode_attention.decode_attention(q, torch.zeros(8, 2, 16, dtype=BF16), torch.zeros(8, 2, 16, dtype=BF16),
+                                          slots, mask, 1.0, torch.empty_like(q))
+    with pytest.raises(ValueError, match="int64 slots and a float32 mask"):
+        decode_attention.decode_attention(q, k_cache, k_cache, slots.int(), mask, 1.0, torch.empty_like(q))
