@@ -31,8 +31,8 @@ class Gemma3Layer(nn.Module):
 
     def forward(self, x, ropes, cache, meta):
         rope = ropes[1] if self.sliding else ropes[0]
-        x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), rope, cache, meta))
-        return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
+        x = self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), rope, cache, meta), residual=x)
+        return self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)), residual=x)
 
 
 class Gemma3ForCausalLM(CausalLM):

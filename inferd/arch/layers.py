@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from inferd.kernels import rms_norm as native_norm
+
 
 class RMSNorm(nn.Module):
     """x / rms(x) * weight, computed in float32.
@@ -27,17 +29,24 @@ class RMSNorm(nn.Module):
         w = w.float()
         self.weight = nn.Parameter(w + 1.0 if self.unit_offset else w, requires_grad=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps, self.scale_in_float)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """The norm of x, added to `residual` when given."""
+        return rms_norm(x, self.weight, self.eps, self.scale_in_float, residual)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, scale_in_float: bool) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, scale_in_float: bool,
+             residual: torch.Tensor | None = None) -> torch.Tensor:
     """`RMSNorm`'s arithmetic over the last dimension; `weight` broadcasts
-    against x's trailing dimensions (one row per head for a joint Q/K norm)."""
+    against x's trailing dimensions (one row per head for a joint Q/K norm).
+    On CPU in bf16, one native call (`inferd.kernels.rms_norm`)."""
+    if native_norm.supports(x, weight) and (residual is None or residual.is_contiguous()):
+        return native_norm.rms_norm(x, weight, eps, scale_in_float, residual)
     normed = F.rms_norm(x.float(), x.shape[-1:], None, eps)  # x * rsqrt(mean(x^2) + eps): one op, not five
     if scale_in_float:
-        return (normed * weight).to(x.dtype)
-    return weight.to(x.dtype) * normed.to(x.dtype)
+        out = (normed * weight).to(x.dtype)
+    else:
+        out = weight.to(x.dtype) * normed.to(x.dtype)
+    return out if residual is None else residual + out
 
 
 ACTIVATIONS = {
