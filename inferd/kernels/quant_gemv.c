@@ -103,8 +103,11 @@ static inline void store_row(uint16_t *y, const float *v, const uint16_t *bias) 
 
 /* ---- int8 ---------------------------------------------------------------- */
 
-static void q8_tile(const Activations *a, int rows, int64_t K, const int8_t *w, const uint16_t *scales,
-                    const uint16_t *bias, int64_t N, int64_t tile, uint16_t *y) {
+/* Inlined with a constant `rows` (see SPECIALIZE), so the row loops unroll and the accumulators stay in registers. */
+static inline __attribute__((always_inline)) void q8_tile_rows(const Activations *a, const int rows, int64_t K,
+                                                               const int8_t *w, const uint16_t *scales,
+                                                               const uint16_t *bias, int64_t N, int64_t tile,
+                                                               uint16_t *y) {
     const int64_t groups = K / GROUP;
     const int8_t *wt = w + tile * TILE * K;
     float out[MAX_ROWS][TILE];
@@ -146,8 +149,10 @@ static void q8_tile(const Activations *a, int rows, int64_t K, const int8_t *w, 
 
 /* ---- int4 ---------------------------------------------------------------- */
 
-static void q4_tile(const Activations *a, int rows, int64_t K, const uint8_t *w, const uint16_t *params,
-                    const uint16_t *bias, int64_t N, int64_t tile, uint16_t *y) {
+static inline __attribute__((always_inline)) void q4_tile_rows(const Activations *a, const int rows, int64_t K,
+                                                               const uint8_t *w, const uint16_t *params,
+                                                               const uint16_t *bias, int64_t N, int64_t tile,
+                                                               uint16_t *y) {
     const int64_t groups = K / GROUP;
     const uint8_t *wt = w + tile * TILE * K / 2;
     const uint16_t *pt = params + tile * groups * 2 * TILE;
@@ -200,6 +205,23 @@ static void q4_tile(const Activations *a, int rows, int64_t K, const uint8_t *w,
 }
 
 /* ---- entry points ---------------------------------------------------------- */
+
+#define SPECIALIZE(name, weight_type)                                                                                 \
+    static void name(const Activations *a, int rows, int64_t K, const weight_type *w, const uint16_t *params,      \
+                     const uint16_t *bias, int64_t N, int64_t tile, uint16_t *y) {                                   \
+        switch (rows) {                                                                                               \
+        case 1: name##_rows(a, 1, K, w, params, bias, N, tile, y); break;                                             \
+        case 2: name##_rows(a, 2, K, w, params, bias, N, tile, y); break;                                             \
+        case 3: name##_rows(a, 3, K, w, params, bias, N, tile, y); break;                                             \
+        case 4: name##_rows(a, 4, K, w, params, bias, N, tile, y); break;                                             \
+        case 5: name##_rows(a, 5, K, w, params, bias, N, tile, y); break;                                             \
+        case 6: name##_rows(a, 6, K, w, params, bias, N, tile, y); break;                                             \
+        case 7: name##_rows(a, 7, K, w, params, bias, N, tile, y); break;                                             \
+        default: name##_rows(a, 8, K, w, params, bias, N, tile, y); break;                                            \
+        }                                                                                                             \
+    }
+SPECIALIZE(q8_tile, int8_t)
+SPECIALIZE(q4_tile, uint8_t)
 
 typedef void (*TileFn)(const Activations *, int, int64_t, const void *, const uint16_t *, const uint16_t *, int64_t,
                        int64_t, uint16_t *);
