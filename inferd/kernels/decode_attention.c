@@ -104,7 +104,7 @@ int inferd_decode_attention(const uint16_t *q, int64_t q_row_stride, int64_t B, 
     if (Hkv <= 0 || H % Hkv) return -2;
     const int64_t G = H / Hkv; /* query heads per KV head */
     int status = 0;
-#pragma omp parallel for schedule(static) reduction(min : status)
+#pragma omp parallel for schedule(dynamic, 1) reduction(min : status)
     for (int64_t task = 0; task < B * Hkv; task++) {
         int64_t b = task / Hkv, h = task % Hkv;
         int rc = attend(q + b * q_row_stride + h * G * D, G, D, k_cache, v_cache, Hkv, h, slots + b * L, mask + b * L,

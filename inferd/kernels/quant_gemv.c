@@ -18,7 +18,7 @@
  *
  * The portable path computes the same sums in scalar C; the vector path is
  * used where the compiler targets AVX-512 VNNI (`inferd_quant_gemv_vectorized`).
- * Threads: OpenMP over tiles, linked to the libgomp torch loads, so it shares
+ * Threads: OpenMP over chunks of tiles, linked to the libgomp torch loads, so it shares
  * torch's thread pool and thread count.
  */
 
@@ -238,8 +238,10 @@ static int gemv(TileFn tile_fn, const uint16_t *x, int64_t M, int64_t K, const v
     for (int64_t m0 = 0; m0 < M; m0 += MAX_ROWS) {
         int rows = (int)(M - m0 < MAX_ROWS ? M - m0 : MAX_ROWS);
         Activations am = {a.q + m0 * K, a.scale + m0 * groups, a.sum + m0 * groups, a.offset + m0};
-#pragma omp parallel for schedule(static)
-        for (int64_t tile = 0; tile < N / TILE; tile++) tile_fn(&am, rows, K, w, params, bias, N, tile, y + m0 * N);
+        /* Dynamic: when another process preempts one thread, the others take its share instead of waiting. */
+        const int64_t tiles = N / TILE, chunk = tiles / 64 > 1 ? tiles / 64 : 1;
+#pragma omp parallel for schedule(dynamic, chunk)
+        for (int64_t tile = 0; tile < tiles; tile++) tile_fn(&am, rows, K, w, params, bias, N, tile, y + m0 * N);
     }
     free_activations(&a);
     return 0;
