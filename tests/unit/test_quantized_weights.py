@@ -11,6 +11,7 @@ from inferd.arch.attention import AttentionMetadata, ContextView, PrefillSpan
 from inferd.arch.packed_linear import PackedLinear, can_pack
 from inferd.arch.quantize import SCHEMES, resolve_weights
 from inferd.arch.quantized_linear import INT4_GROUP, QuantizedLinear
+from inferd.kernels import quant_gemv
 from inferd.models import loader
 from inferd.models.loader import load_model
 from tests.tiny_models import write_tiny_model
@@ -104,13 +105,18 @@ def test_resolve_weights():
         resolve_weights("q3", BF16, CPU)
 
 
-def prefill_logits(loaded, tokens: list[int]) -> torch.Tensor:
+def prefill_hidden(loaded, tokens: list[int]) -> torch.Tensor:
     cfg, n = loaded.config, len(tokens)
     caches = [(torch.zeros(n, cfg.num_kv_heads, cfg.head_dim, dtype=loaded.dtype),
                torch.zeros(n, cfg.num_kv_heads, cfg.head_dim, dtype=loaded.dtype)) for _ in range(cfg.num_layers)]
     meta = AttentionMetadata(slot_mapping=torch.arange(n), prefills=[PrefillSpan(0, n, True, ContextView(None, None))])
     with torch.inference_mode():
-        return loaded.model.compute_logits(loaded.model(torch.tensor(tokens), torch.arange(n), caches, meta))
+        return loaded.model(torch.tensor(tokens), torch.arange(n), caches, meta)
+
+
+def prefill_logits(loaded, tokens: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        return loaded.model.compute_logits(prefill_hidden(loaded, tokens))
 
 
 @pytest.fixture
@@ -119,19 +125,39 @@ def tiny(tmp_path, monkeypatch):
     return write_tiny_model(tmp_path / "tiny")
 
 
+def kernel_layouts():
+    """With inferd's kernels where they are built, and with torch's (kernels hidden)."""
+    return [pytest.param(True, marks=pytest.mark.skipif(not quant_gemv.available(), reason="kernels not built here"),
+                         id="tiled"), pytest.param(False, id="torch")]
+
+
+@pytest.fixture
+def kernels(request, monkeypatch):
+    if not request.param:
+        monkeypatch.setattr(quant_gemv, "available", lambda: False)
+    return request.param
+
+
+@pytest.mark.parametrize("kernels", kernel_layouts(), indirect=True)
 @pytest.mark.parametrize("scheme", ["int8", "int4", "mixed"])
-def test_quantized_model_follows_bf16(tiny, scheme):
+def test_quantized_model_follows_bf16(tiny, scheme, kernels):
     reference = load_model(str(tiny), "bfloat16", "cpu", "bf16")
     quantized = load_model(str(tiny), "bfloat16", "cpu", scheme)
     assert not any(isinstance(m, torch.nn.Linear) for m in quantized.model.modules())
+    assert all(m.tiled == kernels for m in quantized.model.modules() if isinstance(m, QuantizedLinear))
     tokens = list(range(3, 40))
     want, got = prefill_logits(reference, tokens[:3]), prefill_logits(quantized, tokens[:3])
     assert (got - want).norm() / want.norm() < 0.15
-    if scheme == "mixed":  # 37 rows: the dense path, which is bf16 itself
-        assert torch.equal(prefill_logits(quantized, tokens), prefill_logits(reference, tokens))
+    if scheme == "mixed":  # 37 rows: the layers' dense path, which is bf16 itself
+        assert torch.equal(prefill_hidden(quantized, tokens), prefill_hidden(reference, tokens))
+        # The head's too, except with the kernels: int4 at every width, so no dense copy.
+        assert quantized.model.fast_head.dense_from_rows == (None if kernels else SCHEMES["mixed"].head_dense_from)
+        if not kernels:
+            assert torch.equal(prefill_logits(quantized, tokens), prefill_logits(reference, tokens))
 
 
-def test_second_load_reads_the_weight_cache(tiny, tmp_path, monkeypatch):
+@pytest.mark.parametrize("kernels", kernel_layouts(), indirect=True)
+def test_second_load_reads_the_weight_cache(tiny, tmp_path, monkeypatch, kernels):
     real_tensors = loader._tensors
     first = load_model(str(tiny), "bfloat16", "cpu", "mixed")
     cached = list((tmp_path / "cache" / "inferd" / "weights").glob("tiny.*.safetensors"))
@@ -143,7 +169,10 @@ def test_second_load_reads_the_weight_cache(tiny, tmp_path, monkeypatch):
     monkeypatch.setattr(loader, "_tensors", no_dequantizing)
     second = load_model(str(tiny), "bfloat16", "cpu", "mixed")
     head = second.model.fast_head
-    assert head.dense.data_ptr() == second.model.embed_tokens.weight.data_ptr()  # the tie survives
+    if kernels:  # no dense head: the embedding is lookup-only, read from the cache's map
+        assert head.dense is None and mapped_file(second.model.embed_tokens.weight) == str(cached[0])
+    else:
+        assert head.dense.data_ptr() == second.model.embed_tokens.weight.data_ptr()  # the tie survives
     tokens = [5, 9, 11]
     assert torch.equal(prefill_logits(first, tokens), prefill_logits(second, tokens))
     # Another scheme is another cache entry.
@@ -197,7 +226,8 @@ def test_a_lookup_only_embedding_is_read_from_the_cache_map(tiny, tmp_path, monk
     assert torch.equal(prefill_logits(cold, tokens), prefill_logits(in_memory, tokens))
 
 
-def test_an_embedding_shared_with_the_head_stays_in_memory(tiny, tmp_path):
+def test_an_embedding_shared_with_the_head_stays_in_memory(tiny, tmp_path, monkeypatch):
+    monkeypatch.setattr(quant_gemv, "available", lambda: False)  # the torch layout keeps a dense head
     load_model(str(tiny), "bfloat16", "cpu", "mixed")
     warm = load_model(str(tiny), "bfloat16", "cpu", "mixed")  # the head's dense weight is the embedding
     assert warm.model.fast_head.dense.data_ptr() == warm.model.embed_tokens.weight.data_ptr()
