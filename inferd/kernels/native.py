@@ -2,9 +2,10 @@
 
 The kernels are plain C with OpenMP, built with the system C compiler for
 this CPU (`-march=native`) in well under a second, and cached under
-`$XDG_CACHE_HOME/inferd/kernels` by a hash of the source, the flags, the
-compiler and the CPU, so later starts only load them. They link the libgomp
-that torch loads, so their threads are torch's (one pool, one thread count).
+`$XDG_CACHE_HOME/inferd/kernels` by a hash of the source (and the headers
+beside it), the flags, the compiler and the CPU, so later starts only load
+them. They link the libgomp that torch loads, so their threads are torch's
+(one pool, one thread count).
 
 Without a C compiler, or with `INFERD_NATIVE_KERNELS=0`, nothing is built
 and callers keep their torch path.
@@ -40,7 +41,8 @@ def load_library(source: Path, flags: list[str] | None = None) -> ctypes.CDLL | 
     if compiler is None or not native_kernels_enabled():
         return None
     flags = _FLAGS + _openmp_link_flags() + (flags or [])
-    identity = [source.read_bytes(), " ".join(flags).encode(), compiler.encode(), _cpu_identity()]
+    headers = [h.read_bytes() for h in sorted(source.parent.glob("*.h"))]  # what the source may include
+    identity = [source.read_bytes(), *headers, " ".join(flags).encode(), compiler.encode(), _cpu_identity()]
     digest = hashlib.sha256(b"\0".join(identity)).hexdigest()[:16]
     folder = user_cache_dir() / "kernels"
     if not directory_accepts_writes(folder):

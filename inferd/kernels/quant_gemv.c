@@ -27,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
+
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define VECTORIZED 1
 #include <immintrin.h>
@@ -39,21 +41,6 @@
 #define MAX_ROWS 8 /* activation rows applied per weight load */
 
 int inferd_quant_gemv_vectorized(void) { return VECTORIZED; }
-
-static inline float bf16_to_float(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline uint16_t float_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);                                         /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
 
 /* x quantized per group of 32: xq = round(x / d), d = max|x| / 127; with
  * each group's scale d and its exact float sum (which carries int4's mins). */

@@ -4,30 +4,17 @@
  *
  * x: T tokens of W rows of D bf16 values (W heads for a joint Q/K norm, else
  * 1), token t's rows contiguous from x[t * token_stride]; weight: float32
- * [W, D], one row per head; out (and residual): bf16 [T, W, D], contiguous. `scale_in_float` multiplies
- * by the weight before rounding to bf16 (Gemma); otherwise the normed value
- * is rounded, then multiplied by the bf16-rounded weight and rounded again
- * (Llama). The residual add rounds once more, as a bf16 tensor add does.
+ * [W, D], one row per head; out (and residual): bf16 [T, W, D], contiguous.
+ * `scale_in_float` multiplies by the weight before rounding to bf16 (Gemma);
+ * otherwise the normed value is rounded, then multiplied by the bf16-rounded
+ * weight and rounded again (Llama). The residual add rounds once more, as a bf16 tensor add does.
  */
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-static inline float bf16_to_float(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline uint16_t float_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);                                         /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
+#include "bf16.h"
 
 static inline float round_bf16(float f) { return bf16_to_float(float_to_bf16(f)); }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +19,9 @@ from inferd.models.default import DEFAULT_MODEL_NAME, default_model_path
 from inferd.models.progress import with_progress
 from inferd.models.tokenizer import Tokenizer, load_tokenizer
 from inferd.models.weight_cache import load_cached_state, map_cached_tensor, store_state, weight_cache_file
+
+
+log = logging.getLogger(__name__)
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -83,7 +87,13 @@ def load_model(model: str | None = None, dtype: str = "auto", device: str = "aut
     if state is not None:
         if quantization is not None:
             quantize_model(net, quantization, torch_dtype, empty=True)
-        net.load_state_dict(state, strict=True, assign=True)
+        try:
+            net.load_state_dict(state, strict=True, assign=True)
+        except RuntimeError as error:  # written for another layout of the model: rebuilt, never fatal
+            log.warning("ignoring weight cache %s, which does not fit the model: %s", cache_file, error)
+            net = build_model(config)
+            state = None
+    if state is not None:
         del state  # the model holds the tensors now; packing below can free each plain weight
     else:
         tensors, total = _tensors(path, torch_dtype)

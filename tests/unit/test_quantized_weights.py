@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -197,6 +199,18 @@ def test_a_damaged_cache_is_rebuilt(tiny, tmp_path):
     again = load_model(str(tiny), "bfloat16", "cpu", "int8")
     assert prefill_logits(again, [5, 9]).isfinite().all()
     assert cache_file.stat().st_size > 1000  # rewritten
+
+
+def test_a_cache_written_for_another_layout_is_rebuilt(tiny, tmp_path, caplog):
+    load_model(str(tiny), "bfloat16", "cpu", "int8")
+    (cache_file,) = (tmp_path / "cache" / "inferd" / "weights").glob("tiny.*.safetensors")
+    state = loader.load_cached_state(cache_file)
+    state["fast_head.dense"] = torch.zeros(4, 4, dtype=BF16)  # a key this model does not have
+    loader.store_state(cache_file, SimpleNamespace(state_dict=lambda: state))
+    again = load_model(str(tiny), "bfloat16", "cpu", "int8")
+    assert "does not fit the model" in caplog.text
+    assert prefill_logits(again, [5, 9]).isfinite().all()
+    assert "fast_head.dense" not in loader.load_cached_state(cache_file)  # rewritten
 
 
 def mapped_file(tensor: torch.Tensor) -> str | None:
