@@ -1,1 +1,11 @@
-"""Native CPU kernels, compiled on first use: the quantized decode matmuls."""
+"""Native CPU kernels, compiled on first use: the quantized decode matmuls,
+decode attention over the paged KV cache, and RMSNorm."""
+
+
+def prepare() -> None:
+    """Build (or load from the cache) every kernel now, so that the first
+    request does not wait for a compiler."""
+    from inferd.kernels import decode_attention, quant_gemv, rms_norm
+
+    for module in (quant_gemv, decode_attention, rms_norm):
+        module.library()

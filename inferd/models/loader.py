@@ -14,6 +14,7 @@ import torch
 from inferd.arch import build_model
 from inferd.arch.base import CausalLM
 from inferd.arch.quantize import pack_for_cpu, quantize_model, resolve_weights, weights_label
+from inferd.kernels import prepare as prepare_kernels
 from inferd.models.config import ModelConfig
 from inferd.models.default import DEFAULT_MODEL_NAME, default_model_path
 from inferd.models.progress import with_progress
@@ -103,6 +104,8 @@ def load_model(model: str | None = None, dtype: str = "auto", device: str = "aut
         if cache_file is not None and not store_state(cache_file, net):
             cache_file = None
     pack_for_cpu(net, torch_dtype, torch_device)
+    if torch_device.type == "cpu":
+        prepare_kernels()
     if cache_file is not None:
         map_embedding(net, cache_file)
     release_freed_memory()
