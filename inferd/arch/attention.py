@@ -9,9 +9,10 @@ batch once (`AttentionMetadata`) and every layer reuses it:
   inferd's kernel (`inferd.kernels.decode_attention`), which reads K and V
   from their slots; elsewhere one batched float32 matmul-softmax-matmul
   over the gathered, padded contexts (for one query row several times
-  faster than the fused SDPA kernel, whose fixed cost dominates at this size). Padding depends only on a row's own
-  length, so a row's result does not depend on its neighbours (batch
-  invariance: the reduction changes with padded length);
+  faster than the fused SDPA kernel, whose fixed cost dominates at this
+  size). Padding depends only on a row's own length, so a row's result
+  does not depend on its neighbours (batch invariance: the reduction
+  changes with padded length);
 - each prefill chunk then attends its own context (cached prefix + chunk).
 """
 

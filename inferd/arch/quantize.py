@@ -4,20 +4,20 @@ Schemes (`--weights`):
 - `bf16` (default): every weight in the engine dtype; on CPU the
   projections and a copy of the LM head are reordered once for oneDNN
   (`PackedLinear`), which gives the same results faster.
-- `mixed`: for steps of one or two rows (single-stream decode, bound by
-  memory bandwidth) int8 projections, and an int4 LM head (the largest
-  matrix: 63% of the bundled model's weight bytes) below ~12 rows; wider
-  steps (prefill, batched decode, bound by compute) use the packed bf16
-  projections and the dense head. Faster decoding, lossy: see
-  `benchmarks/weights_agreement.py` for how often it follows bf16.
+- `mixed`: int8 projections and an int4 LM head (the largest matrix: 63%
+  of the bundled model's weight bytes) for decode steps, which are bound by
+  memory bandwidth; prefill, bound by compute, uses the packed bf16
+  projections. Faster decoding, lossy: see `benchmarks/weights_agreement.py`
+  for how often it follows bf16.
 - `int8` / `int4`: every projection and the LM head quantized (projections
   whose shape the int4 kernel cannot take fall back to int8).
 
 Where inferd's own kernels are built for the CPU (`inferd.kernels`,
 AVX-512 VNNI) the quantized layers use them: they also quantize activations
 to int8 per group of 32 inputs, and stay ahead of the dense GEMM up to eight
-rows, so `mixed` then serves batched decode of up to eight sequences from
-the quantized weights too, and its LM head is int4 at every width.
+rows, so `mixed` serves steps of up to eight rows from the quantized
+projections, and the int4 head at every width. With torch's kernels `mixed`
+switches to the dense weights from 3 rows (projections) and 12 (head).
 
 Norms, embeddings (a lookup reads one row per token) and the KV cache stay
 in the engine dtype.

@@ -31,7 +31,7 @@ def library(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
 
 def supports(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
     """bf16 on CPU, each query row's heads contiguous, and the kernel built."""
-    return (q.dtype == k_cache.dtype == torch.bfloat16 and q.device.type == "cpu" and q.stride(2) == 1
+    return (q.dtype == k_cache.dtype == torch.bfloat16 and q.is_cpu and q.stride(2) == 1
             and q.stride(1) == q.shape[2] and k_cache.is_contiguous() and library() is not None)
 
 

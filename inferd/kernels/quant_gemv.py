@@ -76,11 +76,11 @@ def _run(fn, x: torch.Tensor, qweight: torch.Tensor, params: torch.Tensor, bias:
          out_features: int) -> torch.Tensor:
     if x.dtype != torch.bfloat16:
         raise TypeError(f"the quantized kernels take bf16 activations, not {x.dtype}")
-    flat = x.reshape(-1, x.shape[-1])
+    flat = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
     if not flat.is_contiguous():
         flat = flat.contiguous()
     rows, width = flat.shape
-    y = torch.empty(rows, out_features, dtype=torch.bfloat16)
+    y = torch.empty((rows, out_features), dtype=torch.bfloat16)
     if rows:
         status = fn(flat.data_ptr(), rows, width, qweight.data_ptr(), params.data_ptr(), out_features,
                     None if bias is None else bias.data_ptr(), y.data_ptr())
@@ -88,4 +88,4 @@ def _run(fn, x: torch.Tensor, qweight: torch.Tensor, params: torch.Tensor, bias:
             raise MemoryError("the quantized kernel could not allocate its activation buffers")
         if status:
             raise ValueError(f"a [{out_features}, {width}] weight does not fit the kernel's tiles")
-    return y.view(*x.shape[:-1], out_features)
+    return y if x.dim() == 2 else y.view(*x.shape[:-1], out_features)

@@ -31,7 +31,7 @@ def library(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
 def supports(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """bf16 rows on CPU: x [T, D] with a weight [D], or x [T, W, D] with one
     weight row per head [W, D]; each token's rows contiguous."""
-    if x.dtype != torch.bfloat16 or x.device.type != "cpu" or weight.dtype != torch.float32:
+    if x.dtype != torch.bfloat16 or not x.is_cpu or weight.dtype != torch.float32:
         return False
     if weight.dim() == 1:
         shaped = x.dim() == 2 and x.shape[1] == weight.shape[0]
@@ -43,10 +43,10 @@ def supports(x: torch.Tensor, weight: torch.Tensor) -> bool:
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, scale_in_float: bool,
              residual: torch.Tensor | None = None, lib: ctypes.CDLL | None = None) -> torch.Tensor:
     """[residual +] x / rms(x) * weight over the last dimension, in bf16 (see `supports`)."""
-    out = torch.empty(x.shape, dtype=x.dtype)
     if residual is not None and not (residual.is_contiguous() and residual.shape == x.shape
                                      and residual.dtype == x.dtype):
         raise ValueError("the residual must be a contiguous bf16 tensor of x's shape")
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
     heads = 1 if weight.dim() == 1 else weight.shape[0]
     (lib or library()).inferd_rms_norm(
         x.data_ptr(), x.stride(0), x.shape[0], heads, x.shape[-1], weight.data_ptr(), eps, int(scale_in_float),
