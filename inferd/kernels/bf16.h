@@ -12,13 +12,14 @@ static inline float bf16_to_float(uint16_t h) {
     return f;
 }
 
-/* Round to nearest even, as torch's casts do. */
+/* Round to nearest even, as torch's casts do; NaN stays a (quiet) NaN.
+ * Branch-free, so loops over it vectorize. */
 static inline uint16_t float_to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t quiet_nan = (u >> 16) | 0x40;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 #endif

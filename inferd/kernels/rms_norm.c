@@ -24,13 +24,14 @@ void inferd_rms_norm(const uint16_t *x, int64_t token_stride, int64_t T, int64_t
     for (int64_t r = 0; r < T * W; r++) {
         const uint16_t *row = x + (r / W) * token_stride + (r % W) * D;
         const float *w = weight + (r % W) * D;
-        float squares = 0;
-        for (int64_t d = 0; d < D; d++) {
-            float v = bf16_to_float(row[d]);
-            squares += v * v;
-        }
+        float lanes[16] = {0}, squares = 0; /* 16 partial sums: the loop vectorizes */
+        int64_t d = 0;
+        for (; d + 16 <= D; d += 16)
+            for (int j = 0; j < 16; j++) lanes[j] += bf16_to_float(row[d + j]) * bf16_to_float(row[d + j]);
+        for (; d < D; d++) squares += bf16_to_float(row[d]) * bf16_to_float(row[d]);
+        for (int j = 0; j < 16; j++) squares += lanes[j];
         float inv = 1.0f / sqrtf(squares / (float)D + eps);
-        for (int64_t d = 0; d < D; d++) {
+        for (d = 0; d < D; d++) {
             float normed = bf16_to_float(row[d]) * inv;
             float y = scale_in_float ? round_bf16(normed * w[d]) : round_bf16(round_bf16(w[d]) * round_bf16(normed));
             if (residual) y = bf16_to_float(residual[r * D + d]) + y;
