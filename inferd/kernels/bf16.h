@@ -22,4 +22,13 @@ static inline uint16_t float_to_bf16(float f) {
     return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
+#ifdef __AVX512F__
+#include <immintrin.h>
+
+/* 16 bf16 values as float32 lanes. */
+static inline __m512 load_bf16(const uint16_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+#endif
+
 #endif

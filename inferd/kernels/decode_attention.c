@@ -17,14 +17,6 @@
 
 #include "bf16.h"
 
-#ifdef __AVX512F__
-#include <immintrin.h>
-
-static inline __m512 load_bf16(const uint16_t *p) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
-}
-#endif
-
 static inline float dot(const float *q, const uint16_t *k, int64_t D) {
     int64_t d = 0;
     float sum = 0;

@@ -112,8 +112,7 @@ static inline __attribute__((always_inline)) void q8_tile_rows(const Activations
             acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(a->scale[m * groups + g]), acc[m]);
         }
     }
-    __m512 scale = _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(scales + tile * TILE))), 16));
+    __m512 scale = load_bf16(scales + tile * TILE);
     for (int m = 0; m < rows; m++) /* (q + 128) * xq over-counts by the row's offset, the same for all of W */
         _mm512_storeu_ps(out[m], _mm512_mul_ps(_mm512_sub_ps(acc[m], _mm512_set1_ps(a->offset[m])), scale));
 #else
@@ -156,8 +155,7 @@ static inline __attribute__((always_inline)) void q4_tile_rows(const Activations
             hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
         }
         const uint16_t *pg = pt + g * 2 * TILE;
-        __m512 scale = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)pg)), 16));
-        __m512 min = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(pg + TILE))), 16));
+        __m512 scale = load_bf16(pg), min = load_bf16(pg + TILE);
         for (int m = 0; m < rows; m++) {
             const int8_t *xq = a->q + m * K + g * GROUP;
             __m512i isum = _mm512_setzero_si512();
