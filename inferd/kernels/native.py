@@ -45,14 +45,14 @@ def load_library(source: Path, flags: list[str] | None = None) -> ctypes.CDLL | 
     identity = [source.read_bytes(), *headers, " ".join(flags).encode(), compiler.encode(), _cpu_identity()]
     digest = hashlib.sha256(b"\0".join(identity)).hexdigest()[:16]
     folder = user_cache_dir() / "kernels"
-    if not directory_accepts_writes(folder):
-        folder = Path(tempfile.gettempdir()) / "inferd-kernels"
+    if not directory_accepts_writes(folder):  # a private folder, never a shared one another user could fill
+        folder = Path(tempfile.mkdtemp(prefix="inferd-kernels-"))
     built = folder / f"{source.stem}-{digest}.so"
     if not built.exists():
         try:
             folder.mkdir(parents=True, exist_ok=True)
             _compile(compiler, source, flags, built)
-        except (OSError, subprocess.CalledProcessError) as error:
+        except (OSError, subprocess.SubprocessError) as error:
             detail = getattr(error, "stderr", "") or error
             log.warning("cannot build the native kernel %s (%s); using torch's kernels", source.name, detail)
             return None
