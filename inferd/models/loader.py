@@ -84,7 +84,8 @@ def load_model(model: str | None = None, dtype: str = "auto", device: str = "aut
     # Cached: dequantizing a GGUF, and quantizing; safetensors in the engine dtype load fast as they are.
     cached = torch_device.type == "cpu" and (path.is_file() or quantization is not None)
     cache_file = weight_cache_file(path, weights_label(quantization, torch_dtype)) if cached else None
-    state = None if cache_file is None else load_cached_state(cache_file)
+    # The embedding comes mapped, not read: most of it is never touched (see map_embedding).
+    state = None if cache_file is None else load_cached_state(cache_file, mapped=("embed_tokens.weight",))
     if state is not None:
         if quantization is not None:
             quantize_model(net, quantization, torch_dtype, empty=True)

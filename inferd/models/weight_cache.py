@@ -19,6 +19,7 @@ import mmap
 import os
 import struct
 import uuid
+from collections.abc import Collection
 from pathlib import Path
 
 import safetensors.torch
@@ -43,10 +44,16 @@ def weight_cache_file(model_path: Path, label: str) -> Path:
     return user_cache_dir() / "weights" / f"{model_path.name}.{digest}.safetensors"
 
 
-def load_cached_state(cache_file: Path) -> dict[str, torch.Tensor] | None:
-    """The cached state dict, or None when there is no readable one."""
+def load_cached_state(cache_file: Path, mapped: Collection[str] = ()) -> dict[str, torch.Tensor] | None:
+    """The cached state dict, or None when there is no readable one. The
+    tensors named in `mapped` come as memory maps (see `map_cached_tensor`)
+    instead of being read: a lookup table need not be read whole to start."""
     try:
-        state, aliases = _read_safetensors(cache_file)
+        state, aliases = _read_safetensors(cache_file, skip=set(mapped))
+        for name in mapped:
+            tensor = map_cached_tensor(cache_file, name)  # None when the file lacks it
+            if tensor is not None:
+                state[name] = tensor
     except FileNotFoundError:
         return None
     except Exception as error:  # a damaged cache is rebuilt, never fatal
@@ -78,8 +85,8 @@ def map_cached_tensor(cache_file: Path, name: str) -> torch.Tensor | None:
     return flat.view(info["shape"])
 
 
-def _read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Read each tensor straight into its own allocation.
+def _read_safetensors(path: Path, skip: set[str]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Read each tensor but those in `skip` straight into its own allocation.
 
     Not through a memory map: mapped tensors sit at 8-byte offsets (the int8
     kernel faults on weights that are not 64-byte aligned), and copying them
@@ -89,6 +96,8 @@ def _read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, st
         header, aliases, data_start = _read_header(f)
         state = {}
         for name, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
+            if name in skip:
+                continue
             begin, end = info["data_offsets"]
             tensor = torch.empty(info["shape"], dtype=_DTYPES[info["dtype"]])
             view = tensor.view(-1).view(torch.uint8).numpy() if tensor.numel() else memoryview(b"")

@@ -201,6 +201,15 @@ def test_a_damaged_cache_is_rebuilt(tiny, tmp_path):
     assert cache_file.stat().st_size > 1000  # rewritten
 
 
+def test_a_mapped_tensor_equals_the_read_one(tiny, tmp_path):
+    load_model(str(tiny), "bfloat16", "cpu", "int8")
+    (cache_file,) = (tmp_path / "cache" / "inferd" / "weights").glob("tiny.*.safetensors")
+    read, mapped = loader.load_cached_state(cache_file), loader.load_cached_state(cache_file, ["embed_tokens.weight"])
+    assert read.keys() == mapped.keys()
+    assert mapped_file(mapped["embed_tokens.weight"]) == str(cache_file)
+    assert all(torch.equal(read[name], mapped[name]) for name in read)
+
+
 def test_a_cache_written_for_another_layout_is_rebuilt(tiny, tmp_path, caplog):
     load_model(str(tiny), "bfloat16", "cpu", "int8")
     (cache_file,) = (tmp_path / "cache" / "inferd" / "weights").glob("tiny.*.safetensors")
@@ -233,6 +242,8 @@ def test_a_lookup_only_embedding_is_read_from_the_cache_map(tiny, tmp_path, monk
     for loaded in (cold, warm):
         assert mapped_file(loaded.model.embed_tokens.weight) == str(cache_file)
     monkeypatch.setattr(loader, "map_embedding", lambda net, cache_file: None)
+    real_load = loader.load_cached_state
+    monkeypatch.setattr(loader, "load_cached_state", lambda cache_file, mapped: real_load(cache_file))
     in_memory = load_model(str(tiny), "bfloat16", "cpu", scheme)
     assert mapped_file(in_memory.model.embed_tokens.weight) != str(cache_file)
     tokens = [5, 9, 11, 3]
@@ -240,12 +251,14 @@ def test_a_lookup_only_embedding_is_read_from_the_cache_map(tiny, tmp_path, monk
     assert torch.equal(prefill_logits(cold, tokens), prefill_logits(in_memory, tokens))
 
 
-def test_an_embedding_shared_with_the_head_stays_in_memory(tiny, tmp_path, monkeypatch):
+def test_an_embedding_shared_with_the_head_stays_one_tensor(tiny, tmp_path, monkeypatch):
     monkeypatch.setattr(quant_gemv, "available", lambda: False)  # the torch layout keeps a dense head
-    load_model(str(tiny), "bfloat16", "cpu", "mixed")
+    cold = load_model(str(tiny), "bfloat16", "cpu", "mixed")
+    assert mapped_file(cold.model.embed_tokens.weight) is None  # the head uses it whole: not remapped
     warm = load_model(str(tiny), "bfloat16", "cpu", "mixed")  # the head's dense weight is the embedding
     assert warm.model.fast_head.dense.data_ptr() == warm.model.embed_tokens.weight.data_ptr()
-    assert mapped_file(warm.model.embed_tokens.weight) is None
+    tokens = list(range(3, 20))  # wide enough for the dense head
+    assert torch.equal(prefill_logits(warm, tokens), prefill_logits(cold, tokens))
 
 
 @pytest.mark.skipif(not can_pack(BF16, CPU), reason="this CPU's oneDNN runs no bf16 matmuls")
