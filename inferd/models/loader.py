@@ -141,7 +141,8 @@ def map_embedding(net: CausalLM, cache_file: Path) -> None:
     """Serve token lookups from the weight cache's memory map when nothing
     else uses the embedding (an untied model, or a tied one whose head is a
     packed copy): only the rows of tokens seen get loaded, instead of the
-    whole table (335 MB for the bundled model)."""
+    whole table (335 MB for the bundled model). A warm load's embedding is
+    mapped already; a fresh map still drops the pages packing the head read."""
     weight = net.embed_tokens.weight
     others = (t for name, t in net.state_dict(keep_vars=True).items() if name != "embed_tokens.weight")
     if net.lm_head is None and net.fast_head is None or any(t.data_ptr() == weight.data_ptr() for t in others):
