@@ -58,18 +58,33 @@ static int quantize_activations(const uint16_t *x, int64_t M, int64_t K, Activat
     a->offset = calloc((size_t)M, sizeof(float));
     if (!a->q || !a->scale || !a->sum || !a->offset) return -1;
     for (int64_t g = 0; g < groups; g++) {
-        float v[GROUP], amax = 0, sum = 0;
+        float d, sum;
+        int32_t qsum;
+#if VECTORIZED
+        __m512 v0 = load_bf16(x + g * GROUP), v1 = load_bf16(x + g * GROUP + 16);
+        d = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))) / 127.0f;
+        sum = _mm512_reduce_add_ps(_mm512_add_ps(v0, v1));
+        __m512 inv = _mm512_set1_ps(d > 0 ? 1.0f / d : 0.0f);
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv));
+        _mm_storeu_si128((__m128i *)(a->q + g * GROUP), _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(a->q + g * GROUP + 16), _mm512_cvtepi32_epi8(q1));
+        qsum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+#else
+        float v[GROUP], amax = 0;
+        sum = 0;
         for (int j = 0; j < GROUP; j++) {
             v[j] = bf16_to_float(x[g * GROUP + j]);
             amax = fmaxf(amax, fabsf(v[j]));
             sum += v[j];
         }
-        float d = amax / 127.0f, inv = d > 0 ? 1.0f / d : 0.0f;
-        int32_t qsum = 0;
+        d = amax / 127.0f;
+        float inv = d > 0 ? 1.0f / d : 0.0f;
+        qsum = 0;
         for (int j = 0; j < GROUP; j++) {
             a->q[g * GROUP + j] = (int8_t)lrintf(v[j] * inv);
             qsum += a->q[g * GROUP + j];
         }
+#endif
         a->scale[g] = d;
         a->sum[g] = sum;
         a->offset[g * GROUP / K] += 128.0f * (float)qsum * d;
