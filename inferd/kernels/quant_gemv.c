@@ -39,6 +39,11 @@
 #define TILE 16
 #define GROUP 32
 #define MAX_ROWS 8 /* activation rows applied per weight load */
+/* Weights stream from memory once per step; at eight rows the arithmetic per
+ * byte outlasts what the hardware prefetcher runs ahead, so the loops ask for
+ * the weights this far ahead themselves (past the end is harmless: a
+ * prefetch never faults). */
+#define PREFETCH_BYTES 8192
 
 int inferd_quant_gemv_vectorized(void) { return VECTORIZED; }
 
@@ -119,6 +124,7 @@ static inline __attribute__((always_inline)) void q8_tile_rows(const Activations
     const __m512i flip = _mm512_set1_epi8((char)0x80); /* s8 -> u8 + 128, for vpdpbusd's unsigned operand */
     for (int64_t g = 0; g < groups; g++) {
         __m512i wv[8];
+        for (int j = 0; j < 8; j++) _mm_prefetch((const char *)(wt + (g * 8 + j) * 64 + PREFETCH_BYTES), _MM_HINT_T0);
         for (int j = 0; j < 8; j++) wv[j] = _mm512_xor_si512(_mm512_loadu_si512(wt + (g * 8 + j) * 64), flip);
         for (int m = 0; m < rows; m++) {
             const int8_t *xq = a->q + m * K + g * GROUP;
@@ -165,6 +171,7 @@ static inline __attribute__((always_inline)) void q4_tile_rows(const Activations
     for (int64_t g = 0; g < groups; g++) {
         __m512i lo[4], hi[4];
         for (int j = 0; j < 4; j++) {
+            _mm_prefetch((const char *)(wt + (g * 4 + j) * 64 + PREFETCH_BYTES), _MM_HINT_T0);
             __m512i v = _mm512_loadu_si512(wt + (g * 4 + j) * 64);
             lo[j] = _mm512_and_si512(v, nibble);
             hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
