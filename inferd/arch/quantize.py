@@ -103,6 +103,7 @@ def quantize_model(model: CausalLM, q: Quantization, dtype: torch.dtype, empty: 
         setattr(module, name, swap(linear.weight, linear.bias, q.layer_bits, q.layer_dense_from))
     head = model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
     model.fast_head = swap(head, None, q.head_bits, q.head_dense_from, head=True)
+    model.fast_head.kernel_out_dtype = torch.float32  # logits: no bf16 rounding, no conversion after
     model.lm_head = None  # the quantized head replaces it (and holds its dense weight when kept)
 
 

@@ -110,6 +110,8 @@ class QuantizedLinear(nn.Module):
         dense = None if dense_from_rows is None else torch.empty(out_features, in_features, dtype=dtype)
         self.register_buffer("dense", dense)
         self.packed_dense = None  # set by arch.quantize.pack_for_cpu; replaces `dense`
+        # The kernels can write float32 directly: an LM head sets it, as its logits are sampled in float32.
+        self.kernel_out_dtype = dtype
 
     @classmethod
     def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None, bits: int, dtype: torch.dtype,
@@ -136,7 +138,7 @@ class QuantizedLinear(nn.Module):
             return torch.nn.functional.linear(x, self.dense, self.bias)
         if self.tiled:  # the decode path: kept short, it runs ~70 times a step
             return (quant_gemv.int4_matmul if self.bits == 4 else quant_gemv.int8_matmul)(
-                x, self.qweight, self.scales, self.bias)
+                x, self.qweight, self.scales, self.bias, out_dtype=self.kernel_out_dtype)
         flat = x.reshape(rows, self.in_features)
         if self.bits == 4:
             y = torch._weight_int4pack_mm_for_cpu(flat, self.qweight, INT4_GROUP, self.scales)

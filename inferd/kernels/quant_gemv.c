@@ -14,7 +14,7 @@
  *   nibbles are inputs 4j..4j+3 and the high nibbles 16+4j..16+4j+3 of each
  *   of the 16 rows. params [N/16][K/32][2][16] bf16: scale, then min;
  *   w = q * scale + min, q in 0..15.
- * Activations x [M, K] and outputs y [M, N] are bf16, row-major.
+ * Activations x [M, K] are bf16 and outputs y [M, N] bf16 or float32, row-major.
  *
  * The portable path computes the same sums in scalar C; the vector path is
  * used where the compiler targets AVX-512 VNNI (`inferd_quant_gemv_vectorized`).
@@ -104,8 +104,20 @@ static void free_activations(Activations *a) {
     free(a->offset);
 }
 
-static inline void store_row(uint16_t *y, const float *v, const uint16_t *bias) {
-    for (int i = 0; i < TILE; i++) y[i] = float_to_bf16(bias ? v[i] + bf16_to_float(bias[i]) : v[i]);
+/* Outputs are bf16, or float32 for logits (which the sampler reads in float32 anyway). */
+typedef struct {
+    void *data;
+    int64_t N;
+    int is_float;
+} Output;
+
+static inline void store_row(const Output *y, int64_t row, int64_t col, const float *v, const uint16_t *bias) {
+    float sum[TILE];
+    for (int i = 0; i < TILE; i++) sum[i] = bias ? v[i] + bf16_to_float(bias[col + i]) : v[i];
+    if (y->is_float)
+        memcpy((float *)y->data + row * y->N + col, sum, sizeof sum);
+    else
+        for (int i = 0; i < TILE; i++) ((uint16_t *)y->data)[row * y->N + col + i] = float_to_bf16(sum[i]);
 }
 
 /* ---- int8 ---------------------------------------------------------------- */
@@ -113,8 +125,8 @@ static inline void store_row(uint16_t *y, const float *v, const uint16_t *bias) 
 /* Inlined with a constant `rows` (see SPECIALIZE), so the row loops unroll and the accumulators stay in registers. */
 static inline __attribute__((always_inline)) void q8_tile_rows(const Activations *a, const int rows, int64_t K,
                                                                const int8_t *w, const uint16_t *scales,
-                                                               const uint16_t *bias, int64_t N, int64_t tile,
-                                                               uint16_t *y) {
+                                                               const uint16_t *bias, int64_t tile,
+                                                               const Output *y) {
     const int64_t groups = K / GROUP;
     const int8_t *wt = w + tile * TILE * K;
     float out[MAX_ROWS][TILE];
@@ -151,15 +163,15 @@ static inline __attribute__((always_inline)) void q8_tile_rows(const Activations
             out[m][i] = total * bf16_to_float(scales[tile * TILE + i]);
         }
 #endif
-    for (int m = 0; m < rows; m++) store_row(y + m * N + tile * TILE, out[m], bias ? bias + tile * TILE : NULL);
+    for (int m = 0; m < rows; m++) store_row(y, m, tile * TILE, out[m], bias);
 }
 
 /* ---- int4 ---------------------------------------------------------------- */
 
 static inline __attribute__((always_inline)) void q4_tile_rows(const Activations *a, const int rows, int64_t K,
                                                                const uint8_t *w, const uint16_t *params,
-                                                               const uint16_t *bias, int64_t N, int64_t tile,
-                                                               uint16_t *y) {
+                                                               const uint16_t *bias, int64_t tile,
+                                                               const Output *y) {
     const int64_t groups = K / GROUP;
     const uint8_t *wt = w + tile * TILE * K / 2;
     const uint16_t *pt = params + tile * groups * 2 * TILE;
@@ -208,33 +220,33 @@ static inline __attribute__((always_inline)) void q4_tile_rows(const Activations
             out[m][i] = total;
         }
 #endif
-    for (int m = 0; m < rows; m++) store_row(y + m * N + tile * TILE, out[m], bias ? bias + tile * TILE : NULL);
+    for (int m = 0; m < rows; m++) store_row(y, m, tile * TILE, out[m], bias);
 }
 
 /* ---- entry points ---------------------------------------------------------- */
 
 #define SPECIALIZE(name, weight_type)                                                                                 \
     static void name(const Activations *a, int rows, int64_t K, const weight_type *w, const uint16_t *params,      \
-                     const uint16_t *bias, int64_t N, int64_t tile, uint16_t *y) {                                   \
+                     const uint16_t *bias, int64_t tile, const Output *y) {                                          \
         switch (rows) {                                                                                               \
-        case 1: name##_rows(a, 1, K, w, params, bias, N, tile, y); break;                                             \
-        case 2: name##_rows(a, 2, K, w, params, bias, N, tile, y); break;                                             \
-        case 3: name##_rows(a, 3, K, w, params, bias, N, tile, y); break;                                             \
-        case 4: name##_rows(a, 4, K, w, params, bias, N, tile, y); break;                                             \
-        case 5: name##_rows(a, 5, K, w, params, bias, N, tile, y); break;                                             \
-        case 6: name##_rows(a, 6, K, w, params, bias, N, tile, y); break;                                             \
-        case 7: name##_rows(a, 7, K, w, params, bias, N, tile, y); break;                                             \
-        default: name##_rows(a, 8, K, w, params, bias, N, tile, y); break;                                            \
+        case 1: name##_rows(a, 1, K, w, params, bias, tile, y); break;                                                \
+        case 2: name##_rows(a, 2, K, w, params, bias, tile, y); break;                                                \
+        case 3: name##_rows(a, 3, K, w, params, bias, tile, y); break;                                                \
+        case 4: name##_rows(a, 4, K, w, params, bias, tile, y); break;                                                \
+        case 5: name##_rows(a, 5, K, w, params, bias, tile, y); break;                                                \
+        case 6: name##_rows(a, 6, K, w, params, bias, tile, y); break;                                                \
+        case 7: name##_rows(a, 7, K, w, params, bias, tile, y); break;                                                \
+        default: name##_rows(a, 8, K, w, params, bias, tile, y); break;                                               \
         }                                                                                                             \
     }
 SPECIALIZE(q8_tile, int8_t)
 SPECIALIZE(q4_tile, uint8_t)
 
 typedef void (*TileFn)(const Activations *, int, int64_t, const void *, const uint16_t *, const uint16_t *, int64_t,
-                       int64_t, uint16_t *);
+                       const Output *);
 
 static int gemv(TileFn tile_fn, const uint16_t *x, int64_t M, int64_t K, const void *w, const uint16_t *params,
-                int64_t N, const uint16_t *bias, uint16_t *y) {
+                int64_t N, const uint16_t *bias, void *y, int float_output) {
     if (K % GROUP || N % TILE) return -2;
     Activations a = {0};
     if (quantize_activations(x, M, K, &a)) {
@@ -242,24 +254,27 @@ static int gemv(TileFn tile_fn, const uint16_t *x, int64_t M, int64_t K, const v
         return -1;
     }
     const int64_t groups = K / GROUP;
+    const size_t row_bytes = (size_t)N * (float_output ? sizeof(float) : sizeof(uint16_t));
     for (int64_t m0 = 0; m0 < M; m0 += MAX_ROWS) {
         int rows = (int)(M - m0 < MAX_ROWS ? M - m0 : MAX_ROWS);
         Activations am = {a.q + m0 * K, a.scale + m0 * groups, a.sum + m0 * groups, a.offset + m0};
+        Output out = {(char *)y + m0 * row_bytes, N, float_output};
         /* Dynamic: when another process preempts one thread, the others take its share instead of waiting. */
         const int64_t tiles = N / TILE, chunk = tiles / 64 > 1 ? tiles / 64 : 1;
 #pragma omp parallel for schedule(dynamic, chunk)
-        for (int64_t tile = 0; tile < tiles; tile++) tile_fn(&am, rows, K, w, params, bias, N, tile, y + m0 * N);
+        for (int64_t tile = 0; tile < tiles; tile++) tile_fn(&am, rows, K, w, params, bias, tile, &out);
     }
     free_activations(&a);
     return 0;
 }
 
+/* y: [M, N] bf16, or float32 when `float_output`. */
 int inferd_q8_gemv(const uint16_t *x, int64_t M, int64_t K, const int8_t *w, const uint16_t *scales, int64_t N,
-                   const uint16_t *bias, uint16_t *y) {
-    return gemv((TileFn)q8_tile, x, M, K, w, scales, N, bias, y);
+                   const uint16_t *bias, void *y, int float_output) {
+    return gemv((TileFn)q8_tile, x, M, K, w, scales, N, bias, y, float_output);
 }
 
 int inferd_q4_gemv(const uint16_t *x, int64_t M, int64_t K, const uint8_t *w, const uint16_t *params, int64_t N,
-                   const uint16_t *bias, uint16_t *y) {
-    return gemv((TileFn)q4_tile, x, M, K, w, params, N, bias, y);
+                   const uint16_t *bias, void *y, int float_output) {
+    return gemv((TileFn)q4_tile, x, M, K, w, params, N, bias, y, float_output);
 }

@@ -29,7 +29,7 @@ def library(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
         return None
     for fn in (lib.inferd_q8_gemv, lib.inferd_q4_gemv):
         fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-                       ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+                       ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
         fn.restype = ctypes.c_int
     return lib
 
@@ -63,27 +63,30 @@ def tile_int4(q: torch.Tensor, scale: torch.Tensor, low: torch.Tensor) -> tuple[
 
 
 def int8_matmul(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None,
-                lib: ctypes.CDLL | None = None) -> torch.Tensor:
-    return _run((lib or library()).inferd_q8_gemv, x, qweight, scales, bias, scales.shape[0])
+                lib: ctypes.CDLL | None = None, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """x @ W.T in `out_dtype` (bf16, or float32 for logits)."""
+    return _run((lib or library()).inferd_q8_gemv, x, qweight, scales, bias, scales.shape[0], out_dtype)
 
 
 def int4_matmul(x: torch.Tensor, qweight: torch.Tensor, params: torch.Tensor, bias: torch.Tensor | None,
-                lib: ctypes.CDLL | None = None) -> torch.Tensor:
-    return _run((lib or library()).inferd_q4_gemv, x, qweight, params, bias, params.shape[0] * TILE)
+                lib: ctypes.CDLL | None = None, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    return _run((lib or library()).inferd_q4_gemv, x, qweight, params, bias, params.shape[0] * TILE, out_dtype)
 
 
 def _run(fn, x: torch.Tensor, qweight: torch.Tensor, params: torch.Tensor, bias: torch.Tensor | None,
-         out_features: int) -> torch.Tensor:
+         out_features: int, out_dtype: torch.dtype) -> torch.Tensor:
     if x.dtype != torch.bfloat16:
         raise TypeError(f"the quantized kernels take bf16 activations, not {x.dtype}")
     flat = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
     if not flat.is_contiguous():
         flat = flat.contiguous()
     rows, width = flat.shape
-    y = torch.empty((rows, out_features), dtype=torch.bfloat16)
+    if out_dtype not in (torch.bfloat16, torch.float32):
+        raise TypeError(f"the quantized kernels write bf16 or float32, not {out_dtype}")
+    y = torch.empty((rows, out_features), dtype=out_dtype)
     if rows:
         status = fn(flat.data_ptr(), rows, width, qweight.data_ptr(), params.data_ptr(), out_features,
-                    None if bias is None else bias.data_ptr(), y.data_ptr())
+                    None if bias is None else bias.data_ptr(), y.data_ptr(), out_dtype == torch.float32)
         if status == -1:
             raise MemoryError("the quantized kernel could not allocate its activation buffers")
         if status:

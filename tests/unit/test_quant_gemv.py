@@ -4,6 +4,7 @@ and how the native build falls back."""
 
 from __future__ import annotations
 
+import functools
 import shutil
 
 import pytest
@@ -91,6 +92,30 @@ def test_int4_product_is_the_group_quantized_sum(build, rows, with_bias):
     x = torch.randn(rows, k).to(BF16)
     got = quant_gemv.int4_matmul(x, packed, params, bias, build and build())
     assert_bf16_close(got, int4_reference(x, levels, scale.float(), low.float(), bias))
+
+
+@pytest.mark.parametrize("build", builds())
+@pytest.mark.parametrize("bits", [8, 4])
+def test_float32_output_is_the_sum_before_its_bf16_rounding(build, bits):
+    """Logits come out in float32: the same sums, unrounded."""
+    torch.manual_seed(bits)
+    lib = build and build()
+    x, bias = torch.randn(9, 128).to(BF16), torch.randn(32).to(BF16)
+    if bits == 8:
+        q, scales = quantize_int8(torch.randn(32, 128), BF16)
+        run = functools.partial(quant_gemv.int8_matmul, x, quant_gemv.tile_int8(q), scales, bias, lib)
+        want = int8_reference(x, q, scales.float(), bias)
+    else:
+        levels = torch.randint(0, 16, (32, 128))
+        scale, low = (torch.rand(32, 4) * 0.01 + 1e-3).to(BF16), (-torch.rand(32, 4) * 0.1).to(BF16)
+        run = functools.partial(quant_gemv.int4_matmul, x, *quant_gemv.tile_int4(levels, scale, low), bias, lib)
+        want = int4_reference(x, levels, scale.float(), low.float(), bias)
+    wide, narrow = run(out_dtype=torch.float32), run()
+    assert wide.dtype == torch.float32 and torch.equal(wide.to(BF16), narrow)
+    assert not torch.equal(wide, narrow.float())  # not rounded to bf16
+    assert_bf16_close(wide, want)
+    with pytest.raises(TypeError, match="write bf16 or float32, not torch.float16"):
+        run(out_dtype=torch.float16)
 
 
 @pytest.mark.parametrize("build", builds())
