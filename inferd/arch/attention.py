@@ -69,10 +69,14 @@ def paged_attention(
     meta: AttentionMetadata,
     scale: float,
     sliding: bool,
+    kv_stored: bool = False,
 ) -> torch.Tensor:
+    """Writes k and v to their cache slots (unless `kv_stored`: already
+    there), then attends each query row."""
     k_cache, v_cache = cache
-    k_cache.index_copy_(0, meta.slot_mapping, k)
-    v_cache.index_copy_(0, meta.slot_mapping, v)
+    if not kv_stored:
+        k_cache.index_copy_(0, meta.slot_mapping, k)
+        v_cache.index_copy_(0, meta.slot_mapping, v)
     out = torch.empty_like(q)
     gqa = q.shape[1] != k.shape[1]
     native = bool(meta.decodes) and decode_attention.supports(q, k_cache)

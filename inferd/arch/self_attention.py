@@ -1,5 +1,6 @@
 """Self-attention block: fused QKV projection, optional QK-norm, RoPE,
-paged attention, output projection."""
+paged attention, output projection. On CPU in bf16 the steps between the
+projection and attention are one native call (`inferd.kernels.attention_inputs`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from torch import nn
 from inferd.arch.attention import AttentionMetadata, KVCache, paged_attention
 from inferd.arch.layers import RMSNorm, rms_norm
 from inferd.arch.rope import apply_rotary
+from inferd.kernels import attention_inputs as native_inputs
 from inferd.models.config import ModelConfig
 
 
@@ -37,14 +39,22 @@ class SelfAttention(nn.Module):
     ) -> torch.Tensor:
         t = x.shape[0]
         qkv = self.qkv_proj(x)
-        # Q and K heads side by side, normed and rotated as one [t, H + Hkv, D] tensor.
-        qk = qkv[:, : self.q_size + self.kv_size].view(t, self.num_heads + self.num_kv_heads, self.head_dim)
         v = qkv[:, self.q_size + self.kv_size :].view(t, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None:
-            qk = rms_norm(qk, self._qk_norm_weight(), self.q_norm.eps, self.q_norm.scale_in_float)
-        qk = apply_rotary(qk, *rope)
+        # Q and K heads side by side, normed and rotated as one [t, H + Hkv, D] tensor.
+        stored = native_inputs.supports(qkv, rope[0], cache[0])
+        if stored:  # one native call, which also writes K and V to the cache
+            qk = native_inputs.attention_inputs(
+                qkv, self.num_heads, self.num_kv_heads, self.head_dim,
+                None if self.q_norm is None else self._qk_norm_weight(),
+                self.q_norm.eps if self.q_norm else 0.0, bool(self.q_norm and self.q_norm.scale_in_float),
+                *rope, *cache, meta.slot_mapping)
+        else:
+            qk = qkv[:, : self.q_size + self.kv_size].view(t, self.num_heads + self.num_kv_heads, self.head_dim)
+            if self.q_norm is not None:
+                qk = rms_norm(qk, self._qk_norm_weight(), self.q_norm.eps, self.q_norm.scale_in_float)
+            qk = apply_rotary(qk, *rope)
         q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
-        o = paged_attention(q, k, v, cache, meta, self.scale, self.sliding)
+        o = paged_attention(q, k, v, cache, meta, self.scale, self.sliding, kv_stored=stored)
         return self.o_proj(o.reshape(t, self.q_size))
 
     def _qk_norm_weight(self) -> torch.Tensor:

@@ -22,6 +22,8 @@ static inline uint16_t float_to_bf16(float f) {
     return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
+static inline float round_bf16(float f) { return bf16_to_float(float_to_bf16(f)); }
+
 #ifdef __AVX512F__
 #include <immintrin.h>
 

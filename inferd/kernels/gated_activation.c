@@ -14,8 +14,6 @@
 
 #include "bf16.h"
 
-static inline float round_bf16(float f) { return bf16_to_float(float_to_bf16(f)); }
-
 static inline float activation(float x, float a, float b) { return x / (1.0f + expf(-(a * x + b * x * x * x))); }
 
 #ifdef __AVX512F__
