@@ -16,45 +16,122 @@
 #include <string.h>
 
 #include "bf16.h"
+#include "exp.h"
 
-static inline float dot(const float *q, const uint16_t *k, int64_t D) {
-    int64_t d = 0;
-    float sum = 0;
+/* Query heads are taken four at a time (padded with zero heads), and head
+ * dimensions 32 at a time, so the vector loops keep their sums in registers
+ * and read each K and V row once per group of heads. */
+#define HEADS 4
+#define LANES 32
+
 #ifdef __AVX512F__
-    __m512 acc = _mm512_setzero_ps();
-    for (; d + 16 <= D; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), load_bf16(k + d), acc);
-    sum = _mm512_reduce_add_ps(acc);
-#endif
-    for (; d < D; d++) sum += q[d] * bf16_to_float(k[d]);
-    return sum;
-}
-
-static inline void add_scaled(float *acc, float p, const uint16_t *v, int64_t D) {
-    int64_t d = 0;
-#ifdef __AVX512F__
-    __m512 pv = _mm512_set1_ps(p);
-    for (; d + 16 <= D; d += 16) _mm512_storeu_ps(acc + d, _mm512_fmadd_ps(pv, load_bf16(v + d), _mm512_loadu_ps(acc + d)));
-#endif
-    for (; d < D; d++) acc[d] += p * bf16_to_float(v[d]);
-}
-
-static int attend(const uint16_t *q, int64_t G, int64_t D, const uint16_t *k_cache, const uint16_t *v_cache,
-                  int64_t Hkv, int64_t h, const int64_t *slots, const float *mask, int64_t L, float scale,
-                  uint16_t *out) {
-    float *qf = malloc((size_t)(G * D) * sizeof(float));
-    float *acc = calloc((size_t)(G * D), sizeof(float));
-    float *scores = malloc((size_t)(G * L) * sizeof(float));
-    if (!qf || !acc || !scores) {
-        free(qf), free(acc), free(scores);
-        return -1;
+/* scores[g][l] = q[g] . k_l for the four heads of qf, every unmasked slot. */
+static void score_slots(const float *qf, int64_t D, const uint16_t *k_cache, int64_t Hkv, int64_t h,
+                        const int64_t *slots, const float *mask, int64_t L, float scale, float *scores) {
+    for (int64_t l = 0; l < L; l++) {
+        if (isinf(mask[l])) {
+            for (int g = 0; g < HEADS; g++) scores[g * L + l] = -INFINITY;
+            continue;
+        }
+        const uint16_t *k = k_cache + (slots[l] * Hkv + h) * D;
+        __m512 even[HEADS], odd[HEADS]; /* two sums per head: half the dependency chain */
+        for (int g = 0; g < HEADS; g++) even[g] = odd[g] = _mm512_setzero_ps();
+        for (int64_t d = 0; d < D; d += LANES) {
+            __m512 k0 = load_bf16(k + d), k1 = load_bf16(k + d + 16);
+            for (int g = 0; g < HEADS; g++) {
+                even[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qf + g * D + d), k0, even[g]);
+                odd[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qf + g * D + d + 16), k1, odd[g]);
+            }
+        }
+        for (int g = 0; g < HEADS; g++) scores[g * L + l] = _mm512_reduce_add_ps(_mm512_add_ps(even[g], odd[g])) * scale + mask[l];
     }
-    for (int64_t i = 0; i < G * D; i++) qf[i] = bf16_to_float(q[i]);
+}
+
+/* Softmax of each head's scores in place; masked slots hold -inf and get 0. */
+static void softmax_vector(float *scores, int heads, int64_t L) {
+    const __m512 none = _mm512_set1_ps(-INFINITY);
+    for (int g = 0; g < heads; g++) {
+        float *s = scores + g * L, top = -INFINITY, total = 0;
+        int64_t l = 0;
+        __m512 tops = none;
+        for (; l + 16 <= L; l += 16) tops = _mm512_max_ps(tops, _mm512_loadu_ps(s + l));
+        top = _mm512_reduce_max_ps(tops);
+        for (; l < L; l++) top = fmaxf(top, s[l]);
+        if (isinf(top)) { /* every slot masked (never built): zeros */
+            memset(s, 0, (size_t)L * sizeof(float));
+            continue;
+        }
+        __m512 sums = _mm512_setzero_ps(), shift = _mm512_set1_ps(top);
+        for (l = 0; l + 16 <= L; l += 16) {
+            __m512 v = _mm512_loadu_ps(s + l);
+            __m512 e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, none, _CMP_NEQ_OQ), exp_ps(_mm512_sub_ps(v, shift)));
+            _mm512_storeu_ps(s + l, e);
+            sums = _mm512_add_ps(sums, e);
+        }
+        total = _mm512_reduce_add_ps(sums);
+        for (; l < L; l++) {
+            s[l] = isinf(s[l]) ? 0.0f : expf(s[l] - top);
+            total += s[l];
+        }
+        const __m512 inv = _mm512_set1_ps(1.0f / total);
+        for (l = 0; l + 16 <= L; l += 16) _mm512_storeu_ps(s + l, _mm512_mul_ps(_mm512_loadu_ps(s + l), inv));
+        for (; l < L; l++) s[l] *= 1.0f / total;
+    }
+}
+
+/* out[g] = sum_l p[g][l] v_l for the first `heads` of four, 32 dimensions at a time. */
+static void sum_values(const float *p, int heads, int64_t D, const uint16_t *v_cache, int64_t Hkv, int64_t h,
+                       const int64_t *slots, const float *mask, int64_t L, uint16_t *out) {
+    for (int64_t d = 0; d < D; d += LANES) {
+        __m512 lo[HEADS], hi[HEADS];
+        for (int g = 0; g < HEADS; g++) lo[g] = hi[g] = _mm512_setzero_ps();
+        for (int64_t l = 0; l < L; l++) {
+            if (isinf(mask[l])) continue;
+            const uint16_t *v = v_cache + (slots[l] * Hkv + h) * D + d;
+            __m512 v0 = load_bf16(v), v1 = load_bf16(v + 16);
+            for (int g = 0; g < HEADS; g++) {
+                __m512 weight = _mm512_set1_ps(p[g * L + l]);
+                lo[g] = _mm512_fmadd_ps(weight, v0, lo[g]);
+                hi[g] = _mm512_fmadd_ps(weight, v1, hi[g]);
+            }
+        }
+        for (int g = 0; g < heads; g++) {
+            store_bf16(out + g * D + d, lo[g]);
+            store_bf16(out + g * D + d + 16, hi[g]);
+        }
+    }
+}
+#endif
+
+/* The same sums, one value at a time (other CPUs, and head sizes not a multiple of 32). */
+static void score_slots_scalar(const float *qf, int heads, int64_t D, const uint16_t *k_cache, int64_t Hkv, int64_t h,
+                               const int64_t *slots, const float *mask, int64_t L, float scale, float *scores) {
     for (int64_t l = 0; l < L; l++) {
         if (isinf(mask[l])) continue;
         const uint16_t *k = k_cache + (slots[l] * Hkv + h) * D;
-        for (int64_t g = 0; g < G; g++) scores[g * L + l] = dot(qf + g * D, k, D) * scale + mask[l];
+        for (int g = 0; g < heads; g++) {
+            float sum = 0;
+            for (int64_t d = 0; d < D; d++) sum += qf[g * D + d] * bf16_to_float(k[d]);
+            scores[g * L + l] = sum * scale + mask[l];
+        }
     }
-    for (int64_t g = 0; g < G; g++) {
+}
+
+static void sum_values_scalar(const float *p, int heads, int64_t D, const uint16_t *v_cache, int64_t Hkv, int64_t h,
+                              const int64_t *slots, const float *mask, int64_t L, float *acc, uint16_t *out) {
+    memset(acc, 0, (size_t)(heads * D) * sizeof(float));
+    for (int64_t l = 0; l < L; l++) {
+        if (isinf(mask[l])) continue;
+        const uint16_t *v = v_cache + (slots[l] * Hkv + h) * D;
+        for (int g = 0; g < heads; g++)
+            for (int64_t d = 0; d < D; d++) acc[g * D + d] += p[g * L + l] * bf16_to_float(v[d]);
+    }
+    for (int64_t i = 0; i < heads * D; i++) out[i] = float_to_bf16(acc[i]);
+}
+
+/* Softmax of each head's scores over the unmasked slots, in place (the portable path). */
+static void softmax(float *scores, int heads, const float *mask, int64_t L) {
+    for (int g = 0; g < heads; g++) {
         float *s = scores + g * L, top = -INFINITY, total = 0;
         for (int64_t l = 0; l < L; l++)
             if (!isinf(mask[l]) && s[l] > top) top = s[l];
@@ -65,13 +142,36 @@ static int attend(const uint16_t *q, int64_t G, int64_t D, const uint16_t *k_cac
         float inv = total > 0 ? 1.0f / total : 0.0f; /* a fully masked row (never built) gives zeros */
         for (int64_t l = 0; l < L; l++) s[l] *= inv;
     }
-    for (int64_t l = 0; l < L; l++) {
-        if (isinf(mask[l])) continue;
-        const uint16_t *v = v_cache + (slots[l] * Hkv + h) * D;
-        for (int64_t g = 0; g < G; g++) add_scaled(acc + g * D, scores[g * L + l], v, D);
+}
+
+/* The G query heads sharing KV head h, four at a time. */
+static int attend(const uint16_t *q, int64_t G, int64_t D, const uint16_t *k_cache, const uint16_t *v_cache,
+                  int64_t Hkv, int64_t h, const int64_t *slots, const float *mask, int64_t L, float scale,
+                  uint16_t *out) {
+    float *qf = malloc((size_t)(HEADS * D) * sizeof(float)); /* a group's heads, then zeros */
+    float *scores = calloc((size_t)(HEADS * L), sizeof(float));
+    float *acc = malloc((size_t)(HEADS * D) * sizeof(float));
+    if (!qf || !scores || !acc) {
+        free(qf), free(scores), free(acc);
+        return -1;
     }
-    for (int64_t i = 0; i < G * D; i++) out[i] = float_to_bf16(acc[i]);
-    free(qf), free(acc), free(scores);
+    for (int64_t g0 = 0; g0 < G; g0 += HEADS) {
+        const int heads = (int)(G - g0 < HEADS ? G - g0 : HEADS);
+        memset(qf, 0, (size_t)(HEADS * D) * sizeof(float));
+        for (int64_t i = 0; i < heads * D; i++) qf[i] = bf16_to_float(q[g0 * D + i]);
+#ifdef __AVX512F__
+        if (D % LANES == 0) {
+            score_slots(qf, D, k_cache, Hkv, h, slots, mask, L, scale, scores);
+            softmax_vector(scores, heads, L);
+            sum_values(scores, heads, D, v_cache, Hkv, h, slots, mask, L, out + g0 * D);
+            continue;
+        }
+#endif
+        score_slots_scalar(qf, heads, D, k_cache, Hkv, h, slots, mask, L, scale, scores);
+        softmax(scores, heads, mask, L);
+        sum_values_scalar(scores, heads, D, v_cache, Hkv, h, slots, mask, L, acc, out + g0 * D);
+    }
+    free(qf), free(scores), free(acc);
     return 0;
 }
 

@@ -31,7 +31,7 @@ def padded_view(lengths: list[int], width: int, num_slots: int, generator: torch
 
 
 @pytest.mark.parametrize("build", builds())
-@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(4, 1, 256), (8, 2, 64), (4, 4, 24)])
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(4, 1, 256), (8, 2, 64), (6, 2, 64), (5, 1, 32), (4, 4, 24)])
 def test_matches_the_torch_path(build, heads, kv_heads, dim):
     generator = torch.Generator().manual_seed(heads * dim)
     k_cache = torch.randn(300, kv_heads, dim, generator=generator).to(BF16)
