@@ -193,10 +193,8 @@ class AsyncEngine:
             self._stats = engine.stats()
             # Before the outputs: a client that has its answer finds its blocks in the events already.
             engine.kv_events.publish()
-            for out in outputs:
-                self._deliver(out)
-        for out in engine.fail_all("the server is shutting down"):
-            self._deliver(out)
+            self._deliver_all(outputs)
+        self._deliver_all(engine.fail_all("the server is shutting down"))
 
     def _drain_commands(self, block: bool) -> None:
         while True:
@@ -231,7 +229,21 @@ class AsyncEngine:
                     cmd.done.set()
 
     def _deliver(self, out: RequestOutput) -> None:
-        target = self._streams.get(out.request_id)
-        if target is not None:
-            loop, stream = target
-            loop.call_soon_threadsafe(stream.put_nowait, out)
+        self._deliver_all([out])
+
+    def _deliver_all(self, outputs: list[RequestOutput]) -> None:
+        """A step's outputs reach each event loop in one callback: one wake-up
+        of the loop per step, not one per sequence."""
+        by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+        for out in outputs:
+            target = self._streams.get(out.request_id)
+            if target is not None:
+                loop, stream = target
+                by_loop.setdefault(loop, []).append((stream, out))
+        for loop, items in by_loop.items():
+            loop.call_soon_threadsafe(_put_each, items)
+
+
+def _put_each(items: list[tuple[asyncio.Queue, RequestOutput]]) -> None:
+    for stream, out in items:
+        stream.put_nowait(out)
