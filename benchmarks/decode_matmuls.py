@@ -1,8 +1,8 @@
 """A decode step's quantized matmuls with the weights streaming from memory,
 for tuning the kernels: builds of `inferd.kernels.quant_gemv` with extra
-compiler flags are alternated call by call, so a noisy host affects each alike.
+compiler flags are alternated round by round, so a noisy host affects each alike.
 
-    python benchmarks/decode_matmuls.py [--rows 8] [--rounds 12] [--variant "-DNAME=VALUE" ...]
+    python benchmarks/decode_matmuls.py [--rows 8] [--rounds 12] [--variant=-DNAME=VALUE ...]
 
 One round is what `--weights mixed` reads in a step of the bundled Gemma 3
 270M: 18 layers of int8 projections (fused QKV, output, fused gate-up, down;
