@@ -14,19 +14,13 @@ from pathlib import Path
 
 import torch
 
-from inferd.kernels.native import load_library
+from inferd.kernels.native import F32, I64, INT, PTR, load_kernel
 
 
 @functools.cache
 def library(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
-    lib = load_library(Path(__file__).with_name("decode_attention.c"), list(extra_flags))
-    if lib is None:
-        return None
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    lib.inferd_decode_attention.argtypes = [ptr, i64, i64, i64, i64, ptr, ptr, i64, ptr, ptr, i64, ctypes.c_float,
-                                            ptr]
-    lib.inferd_decode_attention.restype = ctypes.c_int
-    return lib
+    return load_kernel(Path(__file__).with_name("decode_attention.c"), extra_flags,
+                       inferd_decode_attention=([PTR, I64, I64, I64, I64, PTR, PTR, I64, PTR, PTR, I64, F32, PTR], INT))
 
 
 def supports(q: torch.Tensor, k_cache: torch.Tensor) -> bool:

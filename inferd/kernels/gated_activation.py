@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from inferd.kernels.native import load_library
+from inferd.kernels.native import F32, I64, PTR, load_kernel
 
 # act(x) = x * sigmoid(a x + b x^3): the coefficients (a, b) of each supported activation.
 _GELU_TANH = 2 * math.sqrt(2 / math.pi)
@@ -25,13 +25,8 @@ COEFFICIENTS = {"silu": (1.0, 0.0), "gelu_pytorch_tanh": (_GELU_TANH, _GELU_TANH
 
 @functools.cache
 def library(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
-    lib = load_library(Path(__file__).with_name("gated_activation.c"), list(extra_flags))
-    if lib is None:
-        return None
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    lib.inferd_gated_activation.argtypes = [ptr, i64, i64, ctypes.c_float, ctypes.c_float, ptr]
-    lib.inferd_gated_activation.restype = None
-    return lib
+    return load_kernel(Path(__file__).with_name("gated_activation.c"), extra_flags,
+                       inferd_gated_activation=([PTR, I64, I64, F32, F32, PTR], None))
 
 
 def supports(gate_up: torch.Tensor, activation: str) -> bool:

@@ -35,6 +35,20 @@ def native_kernels_enabled() -> bool:
     return os.environ.get("INFERD_NATIVE_KERNELS", "1").lower() not in ("0", "false", "no", "off")
 
 
+# ctypes types of the kernels' arguments
+I64, PTR, F32, INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float, ctypes.c_int
+
+
+def load_kernel(source: Path, extra_flags: tuple[str, ...] = (), **signatures) -> ctypes.CDLL | None:
+    """`load_library`, with each named function's (argument types, result type) declared."""
+    lib = load_library(source, list(extra_flags))
+    if lib is not None:
+        for name, (argtypes, restype) in signatures.items():
+            function = getattr(lib, name)
+            function.argtypes, function.restype = argtypes, restype
+    return lib
+
+
 def load_library(source: Path, flags: list[str] | None = None) -> ctypes.CDLL | None:
     """The compiled `source`, or None when it cannot be built here."""
     compiler = shutil.which(os.environ.get("CC", "cc"))

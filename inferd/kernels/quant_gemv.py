@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from inferd.kernels.native import load_library
+from inferd.kernels.native import I64, INT, PTR, load_kernel
 
 TILE = 16  # output rows per tile
 GROUP = 32  # inputs per quantization group (activations, and int4 weights)
@@ -24,14 +24,9 @@ MAX_ROWS = 8  # activation rows applied per pass over the weights
 
 @functools.cache
 def library(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
-    lib = load_library(Path(__file__).with_name("quant_gemv.c"), list(extra_flags))
-    if lib is None:
-        return None
-    for fn in (lib.inferd_q8_gemv, lib.inferd_q4_gemv):
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-                       ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-        fn.restype = ctypes.c_int
-    return lib
+    gemv = ([PTR, I64, I64, PTR, PTR, I64, PTR, PTR, INT], INT)
+    return load_kernel(Path(__file__).with_name("quant_gemv.c"), extra_flags, inferd_q8_gemv=gemv,
+                       inferd_q4_gemv=gemv)
 
 
 def available() -> bool:

@@ -14,18 +14,13 @@ from pathlib import Path
 
 import torch
 
-from inferd.kernels.native import load_library
+from inferd.kernels.native import F32, I64, INT, PTR, load_kernel
 
 
 @functools.cache
 def library(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
-    lib = load_library(Path(__file__).with_name("rms_norm.c"), list(extra_flags))
-    if lib is None:
-        return None
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    lib.inferd_rms_norm.argtypes = [ptr, i64, i64, i64, i64, ptr, ctypes.c_float, ctypes.c_int, ptr, ptr]
-    lib.inferd_rms_norm.restype = None
-    return lib
+    return load_kernel(Path(__file__).with_name("rms_norm.c"), extra_flags,
+                       inferd_rms_norm=([PTR, I64, I64, I64, I64, PTR, F32, INT, PTR, PTR], None))
 
 
 def supports(x: torch.Tensor, weight: torch.Tensor) -> bool:
