@@ -17,7 +17,6 @@
 
 static inline float activation(float x, float a, float b) { return x / (1.0f + expf(-(a * x + b * x * x * x))); }
 
-
 void inferd_gated_activation(const uint16_t *gate_up, int64_t T, int64_t I, float a, float b, uint16_t *out) {
 #pragma omp parallel for schedule(static) if (T * I > 262144)
     for (int64_t t = 0; t < T; t++) {
