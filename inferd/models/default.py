@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from pathlib import Path
 
-from inferd.models.tokenizer_cache import user_cache_dir
+from inferd.models.tokenizer_cache import user_cache_dir, write_atomically
 
 DEFAULT_MODEL_NAME = "gemma-3-270m"
 
@@ -28,9 +27,7 @@ def default_model_path() -> str:
     path = bundled.assemble()
     try:
         record.parent.mkdir(parents=True, exist_ok=True)
-        partial = record.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps(_fingerprint(path, bundled.EXPECTED_SHA256)))
-        os.replace(partial, record)
+        write_atomically(record, json.dumps(_fingerprint(path, bundled.EXPECTED_SHA256)))
     except OSError:
         pass  # no record: the next start verifies again
     return str(path)

@@ -52,9 +52,9 @@ def store_tokenizer(model_file: Path, tokenizer: tokenizers.Tokenizer) -> Path |
         try:
             cache_file.parent.mkdir(parents=True, exist_ok=True)
             _meta_path(cache_file).unlink(missing_ok=True)
-            _write_atomically(cache_file, text)
+            write_atomically(cache_file, text)
             # The meta file goes last: its presence vouches for a complete cache file.
-            _write_atomically(_meta_path(cache_file), meta)
+            write_atomically(_meta_path(cache_file), meta)
             return cache_file
         except OSError as error:
             log.info("cannot write tokenizer cache %s (%s); trying the next place", cache_file, error)
@@ -102,7 +102,7 @@ def _compact_merges(tokenizer_json: str) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str) -> None:
     # A unique temporary name in the same folder, then a rename: readers never see half a file.
     temporary = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
