@@ -14,6 +14,7 @@ import torch
 
 from inferd.config import EngineConfig
 from inferd.engine.engine import Engine
+from inferd.engine.engine_request import EngineRequest
 from inferd.engine.sampling_params import SamplingParams
 from inferd.models.loader import load_model
 
@@ -38,7 +39,7 @@ def main() -> None:
 
     def run() -> float:
         for i in range(args.streams):
-            engine.add_request(f"r{time.monotonic_ns()}-{i}", prompt, params)
+            engine.add_request(EngineRequest(f"r{time.monotonic_ns()}-{i}", prompt, params))
         engine.step()  # prefill
         start, produced = time.perf_counter(), 0
         while engine.has_work:

@@ -17,6 +17,7 @@ import torch
 
 from inferd.config import EngineConfig
 from inferd.engine.engine import Engine
+from inferd.engine.engine_request import EngineRequest
 from inferd.engine.sampling_params import SamplingParams
 from inferd.models.loader import load_model
 
@@ -34,7 +35,7 @@ def main() -> None:
     prompt = loaded.tokenizer.encode("Write a short story about a lighthouse keeper.")
     params = SamplingParams(max_tokens=args.steps + 32, temperature=0.0, ignore_eos=True)
     for i in range(args.streams):
-        engine.add_request(f"r{i}", prompt, params)
+        engine.add_request(EngineRequest(f"r{i}", prompt, params))
     for _ in range(6):  # prefill, then a few warm-up decode steps
         engine.step()
     profiled = 8

@@ -10,6 +10,7 @@ from inferd import __version__
 from inferd.bench.options import add_bench_options
 from inferd.cli_options import add_options, build
 from inferd.config import EngineConfig, RouterOptions, ServeConfig
+from inferd.serving.sampling_defaults import DEFAULT_SAMPLING
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,9 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     gen = sub.add_parser("generate", help="print a one-shot completion of PROMPT, streamed")
     gen.add_argument("prompt", help="the text to continue")
     gen.add_argument("--max-tokens", type=int, default=128, help="tokens to generate (default: 128)")
-    gen.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default: 0.8)")
-    gen.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling (default: 0.95)")
-    gen.add_argument("--top-k", type=int, default=40, help="0 = off (default: 40)")
+    d = DEFAULT_SAMPLING  # the server's defaults, so `generate` and a request with no sampling fields agree
+    gen.add_argument("--temperature", type=float, default=d["temperature"], help=f"0 = greedy (default: {d['temperature']})")
+    gen.add_argument("--top-p", type=float, default=d["top_p"], help=f"nucleus sampling (default: {d['top_p']})")
+    gen.add_argument("--top-k", type=int, default=d["top_k"], help=f"0 = off (default: {d['top_k']})")
+    gen.add_argument("--min-p", type=float, default=d["min_p"], help=f"0 = off (default: {d['min_p']})")
     gen.add_argument("--seed", type=int, default=None, help="seed for reproducible sampling")
     add_options(gen, EngineConfig)
 
@@ -43,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_generate(build(EngineConfig, args), args)
     if args.command == "serve":
         from inferd.commands.serve import run_serve
-        from inferd.models.loader import ModelNotFoundError
+        from inferd.models.paths import ModelNotFoundError
 
         try:
             return run_serve(build(ServeConfig, args))

@@ -1,7 +1,21 @@
-"""Shared fixtures: tiny models written once per session."""
+"""Shared fixtures (tiny models written once per session, a real etcd), and
+the test levels: every test gets exactly one marker at collection (`level_of`).
+
+  unit     CPU only, in memory, tiny specs                python -m pytest -m unit
+  http     in-process HTTP against an app                 python -m pytest -m http
+  process  a real `inferd serve`/`inferd router` or etcd  python -m pytest -m process
+
+Tests under tests/e2e/ are `process`. Any other test takes the heaviest level
+its code names (the test, its fixtures, and the suite's own functions and
+classes those name, followed through): EtcdServer, ServerProcess or
+RouterProcess make it `process`; build_app, build_router_app, ASGITransport,
+TestClient, from_asgi or uvicorn make it `http`; neither leaves it `unit`.
+Markers combine: -m "not process" runs everything that starts no process.
+"""
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 
@@ -15,6 +29,91 @@ from tiny_models import write_tiny_model
 settings.register_profile("ci", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+TESTS = Path(__file__).parent
+LEVELS = {
+    "unit": "CPU only, in memory, tiny specs",
+    "http": "in-process HTTP against an app: httpx.ASGITransport, TestClient, schemathesis or uvicorn in a thread",
+    "process": "starts a real `inferd serve` or `inferd router` process, or an external service (etcd)",
+}
+# The names that lift a test above `unit`, heaviest level first.
+LEVEL_NAMES = {
+    "process": frozenset({"EtcdServer", "ServerProcess", "RouterProcess"}),
+    "http": frozenset({"build_app", "build_router_app", "ASGITransport", "TestClient", "from_asgi", "uvicorn"}),
+}
+
+
+def pytest_configure(config):
+    for level, what in LEVELS.items():
+        config.addinivalue_line("markers", f"{level}: {what}")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.add_marker(level_of(item))
+
+
+def level_of(item) -> str:
+    if TESTS / "e2e" in item.path.parents:
+        return "process"
+    named = names_in_reach(item)
+    return next((level for level, names in LEVEL_NAMES.items() if named & names), "unit")
+
+
+def names_in_reach(item) -> set[str]:
+    """The names in the code of a test, of its fixtures, and of the test-suite
+    functions and classes those name, recursively."""
+    todo = [item.function, *(d.func for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs)]
+    names: set[str] = set()
+    seen: set[int] = set()
+    while todo:
+        obj = todo.pop()
+        if inspect.isfunction(obj):
+            obj = _unwrap(obj)
+        if id(obj) in seen or not _in_test_suite(obj):
+            continue
+        seen.add(id(obj))
+        if inspect.isclass(obj):
+            todo += [_function_of(member) for klass in obj.__mro__ for member in vars(klass).values()]
+            continue
+        found = _code_names(obj.__code__)
+        names |= found
+        todo += [obj.__globals__[name] for name in found if name in obj.__globals__]
+    return names
+
+
+def _unwrap(function):
+    """The suite's own function under its decorators, hypothesis's @given included."""
+    function = inspect.unwrap(function)
+    inner = getattr(getattr(function, "hypothesis", None), "inner_test", None)
+    return function if inner is None else _unwrap(inner)
+
+
+def _function_of(member):
+    """A class attribute's function: methods, static and class methods, property getters."""
+    if isinstance(member, (staticmethod, classmethod)):
+        return member.__func__
+    if isinstance(member, property):
+        return member.fget
+    return member
+
+
+def _in_test_suite(obj) -> bool:
+    if not (inspect.isfunction(obj) or inspect.isclass(obj)):
+        return False
+    try:
+        return Path(inspect.getfile(obj)).is_relative_to(TESTS)
+    except (TypeError, OSError):  # built-in classes have no file
+        return False
+
+
+def _code_names(code) -> set[str]:
+    """The globals and attributes a code object names, its nested functions and lambdas included."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _code_names(const)
+    return names
 
 
 @pytest.fixture(scope="session")

@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+
+from polling import wait_for
 
 # The bytes a fake streams for each dialect: odd spacing, a comment, non-ASCII
 # text, so a proxy that re-frames or re-encodes anything shows it.
@@ -64,11 +65,9 @@ class ServerThread:
 
     def start(self) -> ServerThread:
         self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.01)
+        wait_for(lambda: self.server.started or not self.thread.is_alive(), timeout=30)
+        if not self.server.started:
+            raise RuntimeError("the test server did not start")
         self.port = self.server.servers[0].sockets[0].getsockname()[1]
         return self
 
@@ -172,7 +171,7 @@ class FakeWorker:
                     yield self.fragment
                     raise RuntimeError("the fake worker dies mid-stream")
                 yield event
-            while self.hold and not await request.is_disconnected():
+            while self.hold and not await request.is_disconnected():  # held open until the client leaves
                 await asyncio.sleep(0.01)
         finally:
             if self.hold:

@@ -32,8 +32,6 @@ __all__ = [
     "GrammarSetupError",
     "GrammarSpec",
     "TokenConstraint",
-    "allocate_bitmask",
-    "apply_bitmask",
 ]
 
 GrammarKind = Literal["json_object", "json_schema", "regex", "gbnf", "lark"]
@@ -144,7 +142,8 @@ class CompiledGrammar:
 
 
 class TokenConstraint:
-    """One request's position in its grammar."""
+    """One request's position in its grammar; the engine drives it as a
+    `GrammarConstraint` (inferd.engine.sampling.grammar_mask)."""
 
     def __init__(
         self,
@@ -162,7 +161,7 @@ class TokenConstraint:
         self._on_limit = on_limit
 
     def fill_mask(self, bitmask: torch.Tensor, row: int) -> None:
-        """Write the tokens allowed next into row `row` of a bitmask from allocate_bitmask.
+        """Write the tokens allowed next into row `row` of a bitmask from grammar_mask.allocate_bitmask.
         When the grammar is complete, or failed a resource limit, only EOS is allowed."""
         _check_bitmask(bitmask)
         if not 0 <= row < bitmask.shape[0]:
@@ -301,37 +300,14 @@ class GrammarCompiler:
         return CompiledGrammar(spec, matcher)
 
 
-def allocate_bitmask(rows: int, vocab_size: int) -> torch.Tensor:
-    """One bit per token, 32 tokens to an int32 word; every token starts allowed."""
-    return torch.full((rows, (vocab_size + 31) // 32), -1, dtype=torch.int32)
-
-
-def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
-    """In place: logits of tokens whose bit is clear become -inf. `logits` is
-    [rows, vocab_size]; tokens past the bitmask's width count as disallowed."""
-    if logits.dim() != 2 or bitmask.dim() != 2 or logits.shape[0] != bitmask.shape[0]:
-        raise ValueError(
-            f"apply_bitmask needs logits [rows, vocab] and a bitmask [rows, words] with the same rows; "
-            f"got {tuple(logits.shape)} and {tuple(bitmask.shape)}"
-        )
-    if bitmask.dtype != torch.int32:
-        raise ValueError(f"the bitmask must be int32 (from allocate_bitmask), not {bitmask.dtype}")
-    covered = min(logits.shape[1], bitmask.shape[1] * 32)
-    bit_positions = torch.arange(32, dtype=torch.int32, device=logits.device)
-    words = bitmask.to(logits.device, non_blocking=True)
-    bits = ((words.unsqueeze(-1) >> bit_positions) & 1).flatten(1)[:, :covered]
-    logits[:, :covered].masked_fill_(bits == 0, float("-inf"))
-    logits[:, covered:] = float("-inf")
-
-
 def _check_bitmask(bitmask: torch.Tensor) -> None:
     if bitmask.dtype != torch.int32 or bitmask.dim() != 2 or bitmask.device.type != "cpu":
         raise ValueError(
-            f"the bitmask must be a 2-D int32 CPU tensor from allocate_bitmask; "
+            f"the bitmask must be a 2-D int32 CPU tensor from grammar_mask.allocate_bitmask; "
             f"got {bitmask.dim()}-D {bitmask.dtype} on {bitmask.device}"
         )
     if not bitmask.is_contiguous():
-        raise ValueError("the bitmask must be contiguous; allocate it with allocate_bitmask")
+        raise ValueError("the bitmask must be contiguous; allocate it with grammar_mask.allocate_bitmask")
 
 
 def _end_of_sequence_ids(tokenizer: Tokenizer) -> list[int]:

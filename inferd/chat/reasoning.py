@@ -53,6 +53,13 @@ def think_markers(tokenizer) -> ThinkMarkers | None:
     return ThinkMarkers(start_id=start_id, end_id=end_id)
 
 
+def think_token_ids(tokenizer) -> tuple[int, int] | None:
+    """The <think> and </think> token ids, as the engine takes them (`Engine(think_ids=...)`) for
+    thinking budgets; None when the model has no single-token markers."""
+    markers = think_markers(tokenizer)
+    return None if markers is None else (markers.start_id, markers.end_id)
+
+
 def prompt_opens_thinking(prompt: str, markers: ThinkMarkers) -> bool:
     """Whether the rendered prompt ends, but for trailing whitespace, with an opening marker.
 

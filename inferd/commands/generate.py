@@ -9,8 +9,10 @@ import torch
 
 from inferd.config import EngineConfig
 from inferd.engine.engine import Engine
+from inferd.engine.engine_request import EngineRequest
 from inferd.engine.sampling_params import SamplingParams
-from inferd.models.loader import ModelNotFoundError, load_model
+from inferd.models.loader import load_model
+from inferd.models.paths import ModelNotFoundError
 
 
 def run_generate(config: EngineConfig, args: argparse.Namespace) -> int:
@@ -23,12 +25,11 @@ def run_generate(config: EngineConfig, args: argparse.Namespace) -> int:
         return 2
     config.parallel = 1
     engine = Engine(loaded, config)
-    params = SamplingParams(
-        max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed
-    )
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
+                            top_k=args.top_k, min_p=args.min_p, seed=args.seed)
     prompt = loaded.tokenizer.encode(args.prompt)
     try:
-        engine.add_request("generate", prompt, params)
+        engine.add_request(EngineRequest("generate", prompt, params))
     except ValueError as e:
         print(f"inferd: {e}", file=sys.stderr)
         return 2

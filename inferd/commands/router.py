@@ -12,7 +12,7 @@ import logging
 
 import uvicorn
 
-from inferd.commands.serve import is_loopback
+from inferd.commands.listen import is_loopback
 from inferd.config import RouterOptions
 from inferd.router.app import build_router_app
 from inferd.router.assemble import build_router_state

@@ -9,7 +9,6 @@ in-flight requests finish within --shutdown-timeout, abort the rest, exit 0.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import os
 import signal
@@ -18,17 +17,15 @@ import threading
 import torch
 import uvicorn
 
-from inferd.chat.template import chat_template_for
+from inferd.commands.listen import is_loopback
 from inferd.config import ServeConfig
 from inferd.discovery import registration
 from inferd.discovery.record import WorkerRecord
-from inferd.engine.async_engine import AsyncEngine
-from inferd.engine.engine import Engine
-from inferd.models.loader import load_model, resolve_model_path
+from inferd.models.loader import load_model
+from inferd.models.paths import resolve_model_path
 from inferd.server.app import build_app
-from inferd.server.metrics import server_metrics
-from inferd.server.chat_features import attach_chat_features
-from inferd.server.state import ServerState
+from inferd.server.assemble import attach_model, new_state
+from inferd.serving.state import ServerState
 from inferd.store.responses import ResponseStore, default_data_dir
 
 log = logging.getLogger("inferd.serve")
@@ -42,15 +39,6 @@ def read_api_keys(config: ServeConfig) -> frozenset[str]:
     return frozenset(keys)
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost" or host.endswith(".sock"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def load_engine(state: ServerState, on_ready=None) -> None:
     """`on_ready()` is called (on this thread) once the engine serves."""
     config = state.config
@@ -58,17 +46,13 @@ def load_engine(state: ServerState, on_ready=None) -> None:
         if config.threads:
             torch.set_num_threads(config.threads)
         loaded = load_model(config.model, config.dtype, config.device, config.weights)
-        state.template = chat_template_for(loaded.tokenizer, config.chat_template)
-        attach_chat_features(state, loaded)
-        engine = Engine(loaded, config)
-        state.loaded = loaded
-        state.engine = AsyncEngine(engine)
+        attach_model(state, loaded)
     except Exception:
         log.exception("the model failed to load; stopping")
         state.load_failed = True
         os.kill(os.getpid(), signal.SIGTERM)
         return
-    cfg = loaded.config
+    cfg, engine = loaded.config, state.engine.engine
     log.info(
         "loaded %s from %s: %s, %d layers, %s on %s in %.1fs; KV cache %d blocks x %d tokens, parallel %d, context %d",
         state.model_name, loaded.path, cfg.arch, cfg.num_layers, str(loaded.dtype).removeprefix("torch."),
@@ -91,9 +75,7 @@ def run_serve(config: ServeConfig) -> int:
         registration.check_options(config.register, config.register_ttl)
         if config.host.endswith(".sock") and not config.advertise_url:
             raise SystemExit("inferd: --register on a Unix socket needs --advertise-url (routers connect over HTTP)")
-    state = ServerState(config=config, model_name=name, api_keys=read_api_keys(config))
-    if config.metrics:
-        state.metrics = server_metrics(state)
+    state = new_state(config, name, read_api_keys(config))
     state.responses_store = ResponseStore.in_dir(config.data_dir or default_data_dir(), config.responses_ttl,
                                                  config.responses_max)
     state.responses_store.purge_expired()

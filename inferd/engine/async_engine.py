@@ -16,28 +16,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from inferd.engine.engine import Engine
+from inferd.engine.engine_request import EngineRequest
+from inferd.engine.errors import EngineDeadError, QueueFullError, RequestRejected
 from inferd.engine.kv_events import KvEventHub, KvSubscription
 from inferd.engine.outputs import EngineStats, RequestOutput
-from inferd.engine.request import Priority
-from inferd.engine.sampling_params import SamplingParams
-from inferd.engine.scheduler import QueueFullError
 
 log = logging.getLogger(__name__)
-
-
-class EngineDeadError(RuntimeError):
-    """The engine loop has stopped; no request can be served."""
-
-
-@dataclass
-class _Add:
-    request_id: str
-    prompt_token_ids: list[int]
-    params: SamplingParams
-    priority: Priority
-    cache_prompt: bool
-    constraint: object | None = None
-    reasoning_started: bool = False
 
 
 @dataclass
@@ -100,36 +84,26 @@ class AsyncEngine:
         return self.engine.tokenizer
 
     # -- asyncio side --------------------------------------------------------
-    def add_request(
-        self,
-        request_id: str,
-        prompt_token_ids: list[int],
-        params: SamplingParams,
-        priority: Priority = Priority.NORMAL,
-        cache_prompt: bool = True,
-        constraint=None,
-        reasoning_started: bool = False,
-    ) -> "RequestStream":
-        """Validate and submit; errors are raised here, before any output.
-        Must be called from the event loop that will read the stream."""
+    def add_request(self, request: EngineRequest) -> RequestStream:
+        """Validate and submit; errors are raised here, before any output, and
+        the engine thread admits the request without checking it again. Must
+        be called from the event loop that will read the stream."""
         if self._stop.is_set():
             raise EngineDeadError("the engine has shut down")
-        self.engine.validate(prompt_token_ids, params)
-        if request_id in self._streams:
-            raise ValueError(f"request id {request_id!r} is already in flight")
+        if request.request_id in self._streams:
+            raise RequestRejected(f"request id {request.request_id!r} is already in flight")
+        self.engine.validate(request)
         if self._stats.waiting + self._pending >= self.engine.config.max_queue:
             raise QueueFullError(f"the waiting queue is full ({self.engine.config.max_queue} requests, --max-queue)")
-        stream = RequestStream(self, request_id)
-        self._streams[request_id] = (asyncio.get_running_loop(), stream.queue)
+        stream = RequestStream(self, request.request_id)
+        self._streams[request.request_id] = (asyncio.get_running_loop(), stream.queue)
         self._pending += 1
-        self._commands.put(
-            _Add(request_id, prompt_token_ids, params, priority, cache_prompt, constraint, reasoning_started)
-        )
+        self._commands.put(request)
         return stream
 
-    async def generate(self, *args, **kwargs) -> AsyncIterator[RequestOutput]:
+    async def generate(self, request: EngineRequest) -> AsyncIterator[RequestOutput]:
         """`add_request`, then its deltas; leaving early aborts the request."""
-        stream = self.add_request(*args, **kwargs)
+        stream = self.add_request(request)
         try:
             async for out in stream:
                 yield out
@@ -205,15 +179,12 @@ class AsyncEngine:
             block = False
             if cmd is None:
                 return
-            if isinstance(cmd, _Add):
+            if isinstance(cmd, EngineRequest):
                 self._pending -= 1
                 if cmd.request_id not in self._streams:
                     continue  # the reader went away before the engine saw it
                 try:
-                    self.engine.add_request(
-                        cmd.request_id, cmd.prompt_token_ids, cmd.params, cmd.priority, cmd.cache_prompt,
-                        cmd.constraint, cmd.reasoning_started,
-                    )
+                    self.engine.admit(cmd)  # validated by add_request
                 except (ValueError, RuntimeError) as e:
                     self._deliver(RequestOutput(cmd.request_id, finished=True, finish_reason="error", error=str(e)))
             elif isinstance(cmd, _Abort):

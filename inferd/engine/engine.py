@@ -6,27 +6,23 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from inferd.chat.reasoning import think_markers
 from inferd.config import EngineConfig
 from inferd.engine.detokenizer import IncrementalDetokenizer
+from inferd.engine.engine_request import EngineRequest
+from inferd.engine.errors import RequestRejected
 from inferd.engine.kv_cache import BlockPool
 from inferd.engine.kv_events import KvEventHub
-from inferd.engine.loop_guard import LoopGuard
-from inferd.engine.outputs import EngineStats, RequestOutput, RequestTiming, SlotState, Usage
-from inferd.engine.request import Priority, Request, RequestStatus
+from inferd.engine.outputs import EngineStats, RequestOutput, RequestTiming, SlotState, TokenLogprobs, Usage
+from inferd.engine.request import Request, RequestStatus
 from inferd.engine.runner import ModelRunner
-from inferd.engine.sampler import NoValidTokenError, Sampler, SampleRow, TokenLogprobs, make_generator
-from inferd.engine.sampling_params import SamplingParams
-from inferd.engine.scheduler import RequestRejected, Scheduler, SchedulerConfig
-from inferd.engine.steering import advance_steering, steer
-from inferd.engine.thinking_budget import ThinkingBudget
+from inferd.engine.sampling.errors import NoValidTokenError
+from inferd.engine.sampling.sampler import Sampler, SampleRow, make_generator
+from inferd.engine.sampling.steering import Steering
+from inferd.engine.sampling.thinking_budget import ThinkingBudget
+from inferd.engine.scheduler import Scheduler, SchedulerConfig
+from inferd.engine.stop_rules import StopRules
 from inferd.models.loader import LoadedModel
-
-if TYPE_CHECKING:
-    from inferd.chat.grammar import TokenConstraint
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +44,10 @@ def kv_pool_blocks(config: EngineConfig, bytes_per_token: int) -> int:
 
 
 class Engine:
-    def __init__(self, loaded: LoadedModel, config: EngineConfig):
+    def __init__(self, loaded: LoadedModel, config: EngineConfig, think_ids: tuple[int, int] | None = None):
+        """`think_ids`: the single-token <think> and </think> ids
+        (`chat.reasoning.think_token_ids`). Without them no request reasons:
+        thinking budgets do nothing and a grammar applies from the first token."""
         self.loaded = loaded
         self.config = config
         self.tokenizer = loaded.tokenizer
@@ -70,53 +69,52 @@ class Engine:
         self.runner = ModelRunner(loaded.model, self.pool.num_blocks, config.block_size, loaded.dtype, loaded.device)
         self.sampler = Sampler()
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids) | frozenset(loaded.config.eos_token_ids)
-        markers = think_markers(self.tokenizer)
-        # Budgets need single-token markers; models without them simply never reason.
-        self.think_ids = (markers.start_id, markers.end_id) if markers and markers.end_id is not None else None
+        self.think_ids = think_ids
         self.requests: dict[str, Request] = {}
-        self._detok: dict[str, IncrementalDetokenizer] = {}
+        self._stops: dict[str, StopRules] = {}
         self._counters = {"prompt": 0, "computed": 0, "generated": 0, "steps": 0}
 
     # -- requests ----------------------------------------------------------
-    def validate(self, prompt_token_ids: Sequence[int], params: SamplingParams) -> None:
-        """Everything that can be refused up front; raises ValueError subclasses."""
+    def validate(self, request: EngineRequest) -> None:
+        """Everything that can be refused up front; raises ValueError subclasses.
+        Runs once per request: in `add_request`, or in `AsyncEngine.add_request`
+        before its engine thread calls `admit`."""
+        params, prompt = request.params, request.prompt_token_ids
         vocab = self.loaded.config.vocab_size  # the logits' width; may exceed the tokenizer's
         params.validate(vocab)
-        bad = next((t for t in prompt_token_ids if not 0 <= t < vocab), None)
+        bad = next((t for t in prompt if not 0 <= t < vocab), None)
         if bad is not None:
             raise RequestRejected(f"prompt token id {bad} is outside the vocabulary [0, {vocab})")
-        self.scheduler.check_fits(len(prompt_token_ids), params.max_tokens)
+        if request.cache_salt is not None and not isinstance(request.cache_salt, str):
+            raise RequestRejected(f"cache_salt must be a string, got {type(request.cache_salt).__name__}")
+        self.scheduler.check_fits(len(prompt), params.max_tokens)
 
-    def add_request(
-        self,
-        request_id: str,
-        prompt_token_ids: list[int],
-        params: SamplingParams,
-        priority: Priority = Priority.NORMAL,
-        cache_prompt: bool = True,
-        constraint: TokenConstraint | None = None,
-        reasoning_started: bool = False,
-    ) -> None:
-        """`constraint`: a grammar the output must follow (outside reasoning).
-        `reasoning_started`: the prompt ends inside an open <think>."""
-        if request_id in self.requests:
-            raise RequestRejected(f"request id {request_id!r} is already in flight")
-        self.validate(prompt_token_ids, params)
-        req = Request(request_id, list(prompt_token_ids), params, priority=priority, cache_prompt=cache_prompt)
-        req.generator = make_generator(params.seed)
-        req.constraint = constraint
+    def add_request(self, request: EngineRequest) -> None:
+        self.validate(request)
+        self.admit(request)
+
+    def admit(self, request: EngineRequest) -> None:
+        """Queue a request that `validate` has passed."""
+        if request.request_id in self.requests:
+            raise RequestRejected(f"request id {request.request_id!r} is already in flight")
+        params = request.params
+        thinking = None
         if self.think_ids is not None:
             budget = None if params.thinking_budget in (None, -1) else params.thinking_budget
-            req.thinking = ThinkingBudget(*self.think_ids, budget=budget, started=reasoning_started)
-        if params.min_count:
-            req.loop_guard = LoopGuard(params.max_pattern_size, params.min_count)
+            thinking = ThinkingBudget(*self.think_ids, budget=budget, started=request.reasoning_started)
+        req = Request(
+            request.request_id, list(request.prompt_token_ids), params, priority=request.priority,
+            cache_prompt=request.cache_prompt, cache_salt=request.cache_salt, generator=make_generator(params.seed),
+            steering=Steering(request.constraint, thinking),
+        )
         self.scheduler.add(req)
-        self.requests[request_id] = req
-        self._detok[request_id] = IncrementalDetokenizer(
+        self.requests[req.request_id] = req
+        detokenizer = IncrementalDetokenizer(
             self.tokenizer, req.prompt_token_ids, skip_special_tokens=params.skip_special_tokens,
             stop=params.stop, include_stop_str_in_output=params.include_stop_str_in_output,
         )
-        self._counters["prompt"] += len(prompt_token_ids)
+        self._stops[req.request_id] = StopRules(params, detokenizer, self.eos_token_ids, self.max_model_len)
+        self._counters["prompt"] += req.num_prompt_tokens
 
     def abort(self, request_id: str, status: RequestStatus = RequestStatus.FINISHED_ABORTED) -> RequestOutput | None:
         req = self.requests.get(request_id)
@@ -144,10 +142,12 @@ class Engine:
 
     def _sample(self, logits, requests: list[Request]) -> list[RequestOutput]:
         rows = [
-            SampleRow(r.params, r.prompt_token_ids, r.output_token_ids, r.generator, self.eos_token_ids)
+            SampleRow(
+                r.params, r.prompt_token_ids, r.output_token_ids, r.generator, self.eos_token_ids,
+                forced_token=r.steering.forced_token(), grammar=r.steering.grammar,
+            )
             for r in requests
         ]
-        logits = steer(logits, requests)
         try:
             sampled = self.sampler(logits, rows)
         except NoValidTokenError as e:
@@ -175,35 +175,21 @@ class Engine:
         if req.first_token_time is None:
             req.first_token_time = time.monotonic()
         out = RequestOutput(req.request_id, token_ids=[token], logprobs=[logprobs] if logprobs else None)
-        params, detok = req.params, self._detok[req.request_id]
-        status = None
         try:
-            grammar_done = advance_steering(req, token)
+            grammar_done = req.steering.advance(token)
         except ValueError as e:  # the grammar refused a token it had allowed: end this request only
             log.error("request %s: grammar state error: %s", req.request_id, e)
             self.scheduler.finish(req, RequestStatus.FINISHED_ERROR)
             out = self._finish_output(req, out)
             out.error = "the output grammar could not continue; see the server log"
             return out
-        if token in self.eos_token_ids and not params.ignore_eos or token in params.stop_token_ids:
-            status, req.stop_reason = RequestStatus.FINISHED_STOPPED, token
-        else:
-            delta = detok.add_tokens([token])
-            out.text = delta.text
-            if delta.stop_string is not None:
-                status, req.stop_reason = RequestStatus.FINISHED_STOPPED, delta.stop_string
-        if status is None and (grammar_done or (req.loop_guard is not None and req.loop_guard.add(token))):
-            status = RequestStatus.FINISHED_STOPPED
-        if status is None and (
-            (params.max_tokens is not None and len(req.output_token_ids) >= params.max_tokens)
-            or req.num_tokens >= self.max_model_len
-        ):
-            status = RequestStatus.FINISHED_LENGTH
-        if status is None:
+        out.text, finish = self._stops[req.request_id].add(
+            token, num_output_tokens=len(req.output_token_ids), num_tokens=req.num_tokens, grammar_done=grammar_done
+        )
+        if finish is None:
             return out
-        if not isinstance(req.stop_reason, str):
-            out.text += detok.flush()
-        self.scheduler.finish(req, status)
+        req.stop_reason = finish.stop_reason
+        self.scheduler.finish(req, finish.status)
         return self._finish_output(req, out)
 
     def _finish_output(self, req: Request, out: RequestOutput) -> RequestOutput:
@@ -213,7 +199,7 @@ class Engine:
         out.usage = Usage(req.num_prompt_tokens, len(req.output_token_ids), req.num_cached_tokens)
         out.timing = RequestTiming(req.arrival_time, req.first_token_time, time.monotonic())
         del self.requests[req.request_id]
-        del self._detok[req.request_id]
+        del self._stops[req.request_id]
         return out
 
     def fail_all(self, message: str) -> list[RequestOutput]:

@@ -5,9 +5,10 @@ Contract
 - The pool owns `num_blocks` blocks of `block_size` token slots. A block is
   either *in use* (ref_count > 0, owned by one or more sequences) or *free*.
 - A full block whose KV has been computed may be *cached*: registered under
-  the hash of (parent block's hash, its tokens). A later prompt with the same
-  prefix takes the cached block (`match_prefix`) without copying: its
-  ref_count goes up, and it leaves the free list if it was there.
+  the hash of (parent block's hash, its tokens) from `inferd.prefix_hash`.
+  A later prompt with the same prefix (and cache salt) takes the cached
+  block (`match_prefix`) without copying: its ref_count goes up, and it
+  leaves the free list if it was there.
 - Freed blocks enter the free list at the tail, in the order given; cached
   blocks keep their hash while free, so they can still be hit. Allocation
   pops from the head (least recently freed first) and evicts the popped
@@ -26,28 +27,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-# The hash of the (virtual) block before the first one.
-ROOT_HASH = 0
-
-
-def block_hash(parent: int, tokens: Sequence[int]) -> int:
-    """Hash chain link; deterministic across processes (ints only)."""
-    return hash((parent, tuple(tokens)))
-
-
-def prefix_block_hashes(token_ids: Sequence[int], block_size: int, start: int = 0, parent: int = ROOT_HASH) -> list[int]:
-    """Hashes of the full blocks of `token_ids`, from block index `start`."""
-    hashes = []
-    for i in range(start, len(token_ids) // block_size):
-        parent = block_hash(parent, token_ids[i * block_size : (i + 1) * block_size])
-        hashes.append(parent)
-    return hashes
+from inferd.prefix_hash import BlockHash
 
 
 class BlockListener(Protocol):
-    def block_stored(self, h: int) -> None: ...
+    def block_stored(self, h: BlockHash) -> None: ...
 
-    def block_removed(self, h: int) -> None: ...
+    def block_removed(self, h: BlockHash) -> None: ...
 
 
 class NoFreeBlocksError(RuntimeError):
@@ -73,8 +59,8 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.ref_counts = [0] * num_blocks
-        self.hash_of: list[int | None] = [None] * num_blocks
-        self.cached: dict[int, int] = {}  # hash -> block id
+        self.hash_of: list[BlockHash | None] = [None] * num_blocks
+        self.cached: dict[BlockHash, int] = {}  # hash -> block id
         self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.stats = CacheStats()
         self.listener: BlockListener | None = None  # set only while someone watches (KV events)
@@ -109,7 +95,7 @@ class BlockPool:
             if self.ref_counts[block] == 0:
                 self.free[block] = None
 
-    def match_prefix(self, hashes: Sequence[int]) -> list[int]:
+    def match_prefix(self, hashes: Sequence[BlockHash]) -> list[int]:
         """Take every leading cached block of `hashes`; counts hits/misses."""
         taken = []
         for h in hashes:
@@ -124,7 +110,7 @@ class BlockPool:
         self.stats.hits += len(taken)
         return taken
 
-    def cache_block(self, block: int, h: int) -> None:
+    def cache_block(self, block: int, h: BlockHash) -> None:
         """Register a full, computed block. A hash already cached elsewhere
         keeps its first block (this one stays private and uncached)."""
         if self.hash_of[block] is None and h not in self.cached:

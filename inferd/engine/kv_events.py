@@ -3,8 +3,9 @@ that send each prompt where its prefix is already cached.
 
 A subscriber gets a `KvSnapshot` (every cached hash and the blocks in use),
 then one `KvUpdate` per engine step that changed either. Hashes are the
-prefix cache's own chain (`kv_cache.prefix_block_hashes`), so a router can
-hash a prompt the same way and count how many leading blocks a worker has.
+prefix cache's own chain (`inferd.prefix_hash`, 32 hex digits each, so JSON
+carries them as strings without loss), and a router hashes a prompt the
+same way to count how many leading blocks a worker has.
 
 Threads: the pool reports to a `KvEventLog` on the engine thread, and the
 hub's `subscribe` and `publish` run there too, between steps; that is what
@@ -24,6 +25,7 @@ import threading
 from dataclasses import dataclass
 
 from inferd.engine.kv_cache import BlockPool
+from inferd.prefix_hash import BlockHash
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +37,7 @@ DEFAULT_MAX_PENDING = 1024
 @dataclass(frozen=True)
 class KvSnapshot:
     block_size: int  # tokens per block
-    hashes: list[int]  # every cached block's hash
+    hashes: list[BlockHash]  # every cached block's hash
     active_blocks: int  # blocks in use by running requests (the pool's num_used)
 
 
@@ -44,8 +46,8 @@ class KvUpdate:
     """One step's net change: `stored` and `removed` never share a hash, so
     the order a reader applies them in does not matter."""
 
-    stored: list[int]
-    removed: list[int]
+    stored: list[BlockHash]
+    removed: list[BlockHash]
     active_blocks: int
 
 
@@ -54,22 +56,22 @@ class KvEventLog:
     A hash stored then removed within one step (or the reverse) cancels out."""
 
     def __init__(self) -> None:
-        self._stored: dict[int, None] = {}  # dicts keep the order blocks were cached in
-        self._removed: dict[int, None] = {}
+        self._stored: dict[BlockHash, None] = {}  # dicts keep the order blocks were cached in
+        self._removed: dict[BlockHash, None] = {}
 
-    def block_stored(self, h: int) -> None:
+    def block_stored(self, h: BlockHash) -> None:
         if h in self._removed:
             del self._removed[h]
         else:
             self._stored[h] = None
 
-    def block_removed(self, h: int) -> None:
+    def block_removed(self, h: BlockHash) -> None:
         if h in self._stored:
             del self._stored[h]
         else:
             self._removed[h] = None
 
-    def take(self) -> tuple[list[int], list[int]]:
+    def take(self) -> tuple[list[BlockHash], list[BlockHash]]:
         stored, removed = list(self._stored), list(self._removed)
         self._stored.clear()
         self._removed.clear()

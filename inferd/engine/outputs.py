@@ -1,10 +1,16 @@
-"""What the engine tells its callers, one delta per request per step."""
+"""What the engine tells its callers, one delta per request per step.
+Torch-free, so the HTTP side reads them without importing the engine."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from inferd.engine.sampler import TokenLogprobs
+
+@dataclass
+class TokenLogprobs:
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]]  # (id, logprob), highest first; empty when params.logprobs == 0
 
 
 @dataclass

@@ -8,22 +8,16 @@ import enum
 import itertools
 import time
 from dataclasses import dataclass, field
-
 from typing import TYPE_CHECKING
+
+from inferd.engine.engine_request import Priority
+from inferd.engine.sampling.steering import Steering
 
 if TYPE_CHECKING:
     import torch
 
-    from inferd.chat.grammar import TokenConstraint
-    from inferd.engine.loop_guard import LoopGuard
     from inferd.engine.sampling_params import SamplingParams
-    from inferd.engine.thinking_budget import ThinkingBudget
-
-
-class Priority(enum.IntEnum):
-    HIGH = 0
-    NORMAL = 1
-    LOW = 2
+    from inferd.prefix_hash import BlockHash
 
 
 class RequestStatus(enum.Enum):
@@ -58,6 +52,7 @@ class Request:
     params: SamplingParams
     priority: Priority = Priority.NORMAL
     cache_prompt: bool = True  # False: a cold prefill that neither reads nor donates cache blocks
+    cache_salt: str | None = None  # enters the first block's hash: only equal salts share cache
     arrival: int = field(default_factory=lambda: next(_arrivals))
     arrival_time: float = field(default_factory=time.monotonic)
 
@@ -66,17 +61,14 @@ class Request:
     num_computed_tokens: int = 0
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache (first admission)
     block_table: list[int] = field(default_factory=list)
-    block_hashes: list[int] = field(default_factory=list)  # hashes of full blocks, in order
+    block_hashes: list[BlockHash] = field(default_factory=list)  # hashes of full blocks, in order
     num_cached_blocks: int = 0  # leading blocks already registered in the prefix cache
     generator: torch.Generator | None = None
     stop_reason: int | str | None = None  # the stop token id or stop string that ended it
     first_token_time: float | None = None
     num_preemptions: int = 0
     slot: int | None = None  # which of the --parallel slots it occupies while running
-    # Per-request steering of the sampler; each is None when unused.
-    constraint: TokenConstraint | None = None  # grammar: which tokens may come next
-    thinking: ThinkingBudget | None = None
-    loop_guard: LoopGuard | None = None
+    steering: Steering = field(default_factory=Steering)  # the grammar and thinking budget, when used
 
     @property
     def all_token_ids(self) -> list[int]:

@@ -15,8 +15,10 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from inferd.engine.kv_cache import ROOT_HASH, BlockPool, prefix_block_hashes
+from inferd.engine.errors import QueueFullError, RequestRejected
+from inferd.engine.kv_cache import BlockPool
 from inferd.engine.request import Request, RequestStatus
+from inferd.prefix_hash import prefix_block_hashes, root_hash
 
 
 @dataclass
@@ -26,14 +28,6 @@ class SchedulerConfig:
     max_model_len: int = 4096
     max_queue: int = 256
     block_size: int = 16
-
-
-class RequestRejected(ValueError):
-    """The request can never run as asked; the message names the numbers."""
-
-
-class QueueFullError(RuntimeError):
-    """The waiting queue is at --max-queue; retry later."""
 
 
 @dataclass
@@ -56,7 +50,7 @@ class Scheduler:
 
     # -- admission ---------------------------------------------------------
     def add(self, req: Request) -> None:
-        self.check_fits(len(req.prompt_token_ids), req.params.max_tokens)
+        """Queue a request that passed `check_fits`."""
         if len(self.waiting) >= self.config.max_queue:
             raise QueueFullError(f"the waiting queue is full ({self.config.max_queue} requests, --max-queue)")
         self._enqueue(req)
@@ -132,7 +126,7 @@ class Scheduler:
         # At least one token must be computed to produce logits, so the last
         # block is recomputed when the whole sequence is cached.
         bs = self.pool.block_size
-        hashes = prefix_block_hashes(tokens[: ((len(tokens) - 1) // bs) * bs], bs)
+        hashes = prefix_block_hashes(tokens[: ((len(tokens) - 1) // bs) * bs], bs, parent=root_hash(req.cache_salt))
         blocks = self.pool.match_prefix(hashes)
         req.block_table = blocks
         req.block_hashes = hashes[: len(blocks)]
@@ -181,7 +175,7 @@ class Scheduler:
                 continue
             full = req.num_computed_tokens // bs
             if full > req.num_cached_blocks:
-                parent = req.block_hashes[-1] if req.block_hashes else ROOT_HASH
+                parent = req.block_hashes[-1] if req.block_hashes else root_hash(req.cache_salt)
                 tokens = req.all_token_ids[: full * bs]
                 new = prefix_block_hashes(tokens, bs, start=req.num_cached_blocks, parent=parent)
                 for i, h in enumerate(new, start=req.num_cached_blocks):

@@ -16,17 +16,13 @@ from inferd.arch.base import CausalLM
 from inferd.arch.quantize import pack_for_cpu, quantize_model, resolve_weights, weights_label
 from inferd.kernels import prepare as prepare_kernels
 from inferd.models.config import ModelConfig
-from inferd.models.default import DEFAULT_MODEL_NAME, default_model_path
+from inferd.models.paths import resolve_model_path
 from inferd.models.progress import with_progress
 from inferd.models.tokenizer import Tokenizer, load_tokenizer
 from inferd.models.weight_cache import load_cached_state, map_cached_tensor, store_state, weight_cache_file
 
 
 log = logging.getLogger(__name__)
-
-
-class ModelNotFoundError(FileNotFoundError):
-    """The model argument names nothing inferd can load."""
 
 
 @dataclass
@@ -58,20 +54,6 @@ def resolve_dtype(dtype: str = "auto") -> torch.dtype:
     if dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype!r} is not one of: auto, {', '.join(DTYPES)}")
     return DTYPES[dtype]
-
-
-def resolve_model_path(model: str | None) -> tuple[str, Path]:
-    if not model:
-        return DEFAULT_MODEL_NAME, Path(default_model_path())
-    path = Path(model).expanduser()
-    if not path.exists():
-        raise ModelNotFoundError(
-            f"model {model!r} is not a local path; inferd does not download models at run time. "
-            "Pass a .gguf file or a Hugging Face folder (config.json, *.safetensors, tokenizer.json), "
-            "or omit --model to serve the bundled default"
-        )
-    name = path.stem if path.is_file() else path.name
-    return name, path
 
 
 def load_model(model: str | None = None, dtype: str = "auto", device: str = "auto", weights: str = "bf16") -> LoadedModel:

@@ -13,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from inferd.router.state import RouterState, get_state
 from inferd.router.worker import Worker
-from inferd.server.errors import NotFound
+from inferd.http.errors import NotFound
 
 router = APIRouter()
 

@@ -8,13 +8,14 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from inferd import __version__
+from inferd.api.registry import error_response_for_path
+from inferd.http.auth import ApiKeyAuth
+from inferd.http.body_limits import BodyLimits
+from inferd.http.errors import install_error_handlers
 from inferd.router import admin_routes
 from inferd.router.assemble import start_router, stop_router
 from inferd.router.client_routes import client_routes
 from inferd.router.state import RouterState
-from inferd.server.auth import ApiKeyAuth
-from inferd.server.body_limits import BodyLimits
-from inferd.server.errors import install_error_handlers
 
 
 def build_router_app(state: RouterState, *, manage: bool = True) -> FastAPI:
@@ -34,8 +35,10 @@ def build_router_app(state: RouterState, *, manage: bool = True) -> FastAPI:
     app = FastAPI(title="inferd router", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.router = state
     install_error_handlers(app)
-    app.add_middleware(BodyLimits, max_body_size=state.config.max_body_size)
-    app.add_middleware(ApiKeyAuth, state=state)  # health stays open, as on workers
+    app.add_middleware(BodyLimits, max_body_size=state.config.max_body_size, respond=error_response_for_path)
+    # Health stays open, as on workers.
+    app.add_middleware(ApiKeyAuth, keys=lambda: state.api_keys, open_paths=admin_routes.HEALTH_PATHS,
+                       respond=error_response_for_path)
     app.include_router(admin_routes.router)
     app.router.routes.extend(client_routes())
     return app

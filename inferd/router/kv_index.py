@@ -9,9 +9,10 @@ A worker streams NDJSON from `GET /v1/kv-events`, one event a line:
     {"type": "ping", "active_blocks": N}
         keepalive; carries the load only
 
-Hashes are the worker's prefix hash chain (`engine.kv_cache.block_hash`): a
-block's hash covers every token before it, so the cached part of a prompt
-is the leading run of its block hashes that the worker holds.
+Hashes are the worker's prefix hash chain (`inferd.prefix_hash`), strings
+of 32 hex digits: a block's hash covers every token before it, so the
+cached part of a prompt is the leading run of its block hashes that the
+worker holds.
 `active_blocks` (blocks in use by running sequences) is the worker's load.
 Unknown event types are skipped, so workers may add new ones.
 """
@@ -21,6 +22,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+from inferd.prefix_hash import HASH_HEX_DIGITS, BlockHash
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +35,7 @@ class KvEventError(ValueError):
 @dataclass
 class WorkerKv:
     block_size: int
-    hashes: set[int] = field(default_factory=set)
+    hashes: set[BlockHash] = field(default_factory=set)
     active_blocks: int = 0
     events: int = 0  # lines applied since the snapshot, pings included
 
@@ -44,10 +47,13 @@ def _count(event: Mapping, key: str, default: int | None = None) -> int:
     return value
 
 
-def _hashes(event: Mapping, key: str) -> list[int]:
+def _hashes(event: Mapping, key: str) -> list[BlockHash]:
     value = event.get(key, [])
-    if not isinstance(value, list) or any(type(h) is not int for h in value):
-        raise KvEventError(f"kv event {event.get('type')!r}: {key!r} must be a list of integers")
+    # Length and type only: a malformed hash just never matches a prompt's chain.
+    if not isinstance(value, list) or any(type(h) is not str or len(h) != HASH_HEX_DIGITS for h in value):
+        raise KvEventError(
+            f"kv event {event.get('type')!r}: {key!r} must be a list of block hashes ({HASH_HEX_DIGITS} hex digits)"
+        )
     return value
 
 
@@ -90,7 +96,7 @@ class KvIndex:
     def __contains__(self, worker_id: str) -> bool:
         return worker_id in self._workers
 
-    def overlap(self, worker_id: str, hashes: Sequence[int]) -> int:
+    def overlap(self, worker_id: str, hashes: Sequence[BlockHash]) -> int:
         """How many leading blocks of the chain `hashes` the worker holds."""
         entry = self._workers.get(worker_id)
         if entry is None:

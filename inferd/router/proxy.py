@@ -29,8 +29,8 @@ from inferd.router.http_headers import response_headers
 from inferd.router.policies.base import Decision, NoWorkerError, Policy, RoutingRequest
 from inferd.router.stream_errors import StreamCutter, WorkerFailed
 from inferd.router.worker import Worker
-from inferd.server.dialect_errors import error_response_for_path
-from inferd.server.errors import APIError, BadRequest, ServiceUnavailable
+from inferd.api.registry import error_response_for_path
+from inferd.http.errors import APIError, BadRequest, ServiceUnavailable
 
 log = logging.getLogger(__name__)
 

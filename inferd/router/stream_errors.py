@@ -3,20 +3,19 @@
 Bytes pass through unchanged, but only whole events (SSE, up to a blank
 line) or whole lines (NDJSON) are released; a worker that dies mid-event
 leaves a fragment the client never sees. Then the stream ends with an error
-event in its own dialect, the same one an inferd worker sends when it fails
-itself, so the client's SDK raises instead of hanging or parsing garbage.
+event in its own dialect (the registry's `stream_error`), the same one an
+inferd worker sends when it fails itself, so the client's SDK raises instead
+of hanging or parsing garbage.
 """
 
 from __future__ import annotations
 
-import json
 import re
 
-from inferd.server.errors import APIError
+from inferd.api.registry import dialect_for_path
+from inferd.http.errors import APIError
 
 _SEQUENCE = re.compile(rb'"sequence_number":\s*(\d+)')
-_ANTHROPIC_PATHS = ("/v1/messages", "/messages")
-_RESPONSES_PATHS = ("/v1/responses", "/responses")
 
 
 class WorkerFailed(APIError):
@@ -66,24 +65,6 @@ class StreamCutter:
     def error(self, err: APIError) -> bytes:
         """The closing error event; the fragment of a cut event is dropped."""
         self.pending = b""
-        if self.framing == "ndjson":
-            return json.dumps({"error": err.message}, ensure_ascii=False).encode() + b"\n"
-        if self.framing != "sse":
+        if self.framing == "raw":
             return b""  # not a stream format we can append to: the cut is the signal
-        return self._sse_error(err).encode()
-
-    def _sse_error(self, err: APIError) -> str:
-        if self.path in _ANTHROPIC_PATHS:
-            from inferd.api.anthropic.errors import anthropic_error, error_envelope
-            from inferd.api.anthropic.stream import event
-
-            return event(error_envelope(anthropic_error(err)))
-        if self.path in _RESPONSES_PATHS:
-            from inferd.api.responses.stream import Sequencer
-
-            seq = Sequencer()
-            seq.next = 0 if self.last_sequence is None else self.last_sequence + 1
-            return seq.event("error", code=err.code or err.type, message=err.message, param=err.param)
-        from inferd.server.streaming import openai_error_event
-
-        return openai_error_event(err)
+        return dialect_for_path(self.path).stream_error(err, self.last_sequence).encode()

@@ -1,36 +1,41 @@
-"""The FastAPI application: middleware, error handlers, routers."""
+"""The FastAPI application of `inferd serve`: middleware, error handlers, the
+server's own routes (health, metrics, cache, KV events) and every dialect's
+routes from the registry."""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from importlib import import_module
+
+from fastapi import FastAPI, Request
 
 from inferd import __version__
-from inferd.server.auth import ApiKeyAuth
-from inferd.server.body_limits import BodyLimits
-from inferd.server.errors import install_error_handlers
-from inferd.server.metrics import RequestMetrics
-from inferd.server.routes import anthropic as anthropic_routes
-from inferd.server.routes import cache, health, kv_events, llamacpp, metrics, openai
-from inferd.server.routes import ollama as ollama_routes
-from inferd.server.routes import responses as responses_routes
-from inferd.server.state import ServerState
+from inferd.api.registry import DIALECTS, error_response_for_path
+from inferd.http.auth import ApiKeyAuth
+from inferd.http.body_limits import BodyLimits
+from inferd.http.errors import error_response, install_error_handlers
+from inferd.http.request_metrics import RequestMetrics
+from inferd.server.routes import cache, health, kv_events, metrics
+from inferd.serving.generation import ENGINE_UNAVAILABLE, engine_unavailable
+from inferd.serving.state import ServerState
 
 
 def build_app(state: ServerState) -> FastAPI:
     app = FastAPI(title="inferd", version=__version__, docs_url=None, redoc_url=None)
     app.state.inferd = state
     install_error_handlers(app)
-    app.add_middleware(BodyLimits, max_body_size=state.config.max_body_size)
+
+    async def unavailable(_: Request, exc: Exception):  # engine calls made outside a dialect's generation
+        return error_response(engine_unavailable(exc))
+
+    for exc_type in ENGINE_UNAVAILABLE:
+        app.add_exception_handler(exc_type, unavailable)
+    app.add_middleware(BodyLimits, max_body_size=state.config.max_body_size, respond=error_response_for_path)
     # Added last runs first: metrics count every answer, auth's 401s included.
-    app.add_middleware(ApiKeyAuth, state=state)
-    app.add_middleware(RequestMetrics, state=state)
-    app.include_router(health.router)
-    app.include_router(openai.router)
-    app.include_router(anthropic_routes.router)
-    app.include_router(responses_routes.router)
-    app.include_router(metrics.router)
-    app.include_router(cache.router)
-    app.include_router(kv_events.router)
-    app.include_router(llamacpp.router)
-    app.include_router(ollama_routes.router)
+    app.add_middleware(ApiKeyAuth, keys=lambda: state.api_keys, open_paths=health.HEALTH_PATHS,
+                       respond=error_response_for_path)
+    app.add_middleware(RequestMetrics, metrics=lambda: state.metrics)
+    for router in (health.router, metrics.router, cache.router, kv_events.router):
+        app.include_router(router)
+    for dialect in DIALECTS:
+        app.include_router(import_module(dialect.routes).router)
     return app

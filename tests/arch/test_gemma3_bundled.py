@@ -11,6 +11,7 @@ transformers = pytest.importorskip("transformers")
 from inferd.arch import build_model  # noqa: E402
 from inferd.config import EngineConfig  # noqa: E402
 from inferd.engine.engine import Engine  # noqa: E402
+from inferd.engine.engine_request import EngineRequest  # noqa: E402
 from inferd.engine.sampling_params import SamplingParams  # noqa: E402
 from inferd.models.config import ModelConfig  # noqa: E402
 from inferd.models.default import default_model_path  # noqa: E402
@@ -66,7 +67,7 @@ def test_greedy_continuations_match_reference(bundled):
             out = ref.generate(torch.tensor([ids]), max_new_tokens=NUM_TOKENS, do_sample=False,
                                eos_token_id=None, pad_token_id=0)
         expected[str(i)] = out[0, len(ids):].tolist()
-        engine.add_request(str(i), ids, greedy)
+        engine.add_request(EngineRequest(str(i), ids, greedy))
     got = {str(i): [] for i in range(len(PROMPTS))}
     while engine.has_work:  # all three run batched
         for o in engine.step():

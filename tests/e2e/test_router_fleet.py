@@ -24,8 +24,8 @@ from fleet import (
 )
 from inferd.bench.words import WORDS
 from inferd.discovery.record import worker_key
+from polling import async_wait_for, wait_for
 from router_process import RouterProcess
-from tests.polling import async_wait_for, wait_for
 
 aetcd = pytest.importorskip("aetcd", reason="the etcd extra is not installed (pip install 'inferd[etcd]')")
 
@@ -252,7 +252,7 @@ def test_a_flood_of_one_prefix_spreads_within_the_balance_thresholds(workers, re
                 while not finished.is_set():
                     data = (await http.get("/v1/workers")).json()["data"]
                     samples.append({w["id"]: w["in_flight"] for w in data})
-                    await asyncio.sleep(0.01)
+                    await asyncio.sleep(0.01)  # the sampling period
 
         async def one(client):
             raw = await client.completions.with_raw_response.create(

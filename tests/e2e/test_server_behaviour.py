@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.polling import wait_for
+from polling import wait_for
 from server import ALIAS, TINY_CTX, TINY_PARALLEL, ServerProcess, assert_still_serving
 
 HELLO = [{"role": "user", "content": "Hello"}]
@@ -39,7 +39,8 @@ def assert_error(r: httpx.Response, status: int, type_: str, param: str | None =
 
 def assert_no_traceback(server: ServerProcess, mark: int) -> None:
     """A refused or abandoned request is routine: the server logs no exception for it."""
-    time.sleep(0.1)  # anything logged just after the response has landed
+    # An absence cannot be waited for: give anything logged just after the response a moment to land.
+    time.sleep(0.1)
     logged = server.log_since(mark)
     assert "Traceback" not in logged, f"the server logged an exception:\n{logged[-3000:]}"
 

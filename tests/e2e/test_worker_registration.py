@@ -13,7 +13,7 @@ import time
 import pytest
 
 from inferd.discovery.record import WorkerRecord, worker_key
-from tests.polling import wait_for
+from polling import wait_for
 from server import ServerProcess
 
 aetcd = pytest.importorskip("aetcd", reason="the etcd extra is not installed (pip install 'inferd[etcd]')")
@@ -67,7 +67,7 @@ def test_a_healthy_worker_is_in_etcd_with_its_record_and_stays_past_its_ttl(tiny
         assert kv.lease != 0 and lease_ttl(etcd_server, kv.lease) == TTL
         log = server.log()
         assert log.index("INFO inferd.serve: loaded ") < log.index("registered in"), "registered while loading"
-        time.sleep(2 * TTL)  # refreshed every TTL/3: the same key, the same lease
+        time.sleep(2 * TTL)  # the behaviour under test: past twice its TTL, refreshed every TTL/3, the key stays
         later = etcd_get(etcd_server, key)
         assert later is not None and later.lease == kv.lease and later.mod_revision == kv.mod_revision
 

@@ -9,8 +9,10 @@ import pytest
 from inferd.config import EngineConfig
 from inferd.engine.async_engine import AsyncEngine
 from inferd.engine.engine import Engine
+from inferd.engine.engine_request import EngineRequest
+from inferd.engine.errors import RequestRejected
 from inferd.engine.sampling_params import SamplingParams
-from inferd.engine.scheduler import RequestRejected
+from inferd.engine.scheduler import Scheduler
 from inferd.models.loader import load_model
 
 
@@ -24,7 +26,7 @@ def engine(tiny_model_dir):
 
 async def collect(engine, rid, params, prompt=(2, 40, 41, 42)):
     outs = []
-    async for out in engine.generate(rid, list(prompt), params):
+    async for out in engine.generate(EngineRequest(rid, list(prompt), params)):
         outs.append(out)
     return outs
 
@@ -49,7 +51,7 @@ def test_concurrent_requests_all_finish(engine):
 def test_closing_the_stream_aborts_and_frees_blocks(engine):
     async def main():
         params = SamplingParams(max_tokens=100, temperature=0.0, ignore_eos=True)
-        stream = engine.generate("gone", [2, 50, 51], params)
+        stream = engine.generate(EngineRequest("gone", [2, 50, 51], params))
         await stream.__anext__()
         await stream.aclose()
         for _ in range(100):  # the abort is applied between steps
@@ -70,3 +72,33 @@ def test_invalid_request_raises_before_streaming(engine):
         return await collect(engine, "next", SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True))
 
     assert asyncio.run(main())[-1].finished
+
+
+def test_validation_runs_once_on_the_callers_side_and_not_again_on_the_engine_thread(engine, monkeypatch):
+    counts = {"validate": 0, "check_fits": 0}
+    for owner, name in ((SamplingParams, "validate"), (Scheduler, "check_fits")):
+        original = getattr(owner, name)
+
+        def counted(*args, _original=original, _name=name, **kwargs):
+            counts[_name] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted)
+    outs = asyncio.run(collect(engine, "once", SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)))
+    assert outs[-1].finish_reason == "length"
+    assert counts == {"validate": 1, "check_fits": 1}
+
+
+def test_errors_raise_from_add_request_itself(engine):
+    async def main():
+        with pytest.raises(RequestRejected, match="context size"):
+            engine.add_request(EngineRequest("long", [2] * 200, SamplingParams(max_tokens=1)))
+        params = SamplingParams(max_tokens=50, temperature=0.0, ignore_eos=True)
+        stream = engine.add_request(EngineRequest("twice", [2, 7, 8], params))
+        try:
+            with pytest.raises(RequestRejected, match="already in flight"):
+                engine.add_request(EngineRequest("twice", [2, 7, 8], params))
+        finally:
+            stream.close()
+
+    asyncio.run(main())

@@ -7,15 +7,11 @@ import asyncio
 import json
 import math
 import random
-import socket
 import statistics
-import threading
-import time
 
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 
 from inferd.bench.client import RequestResult
 from inferd.bench.datasets import Session, multi_turn_sessions, random_sessions, shared_prefix_sessions
@@ -30,8 +26,9 @@ from inferd.engine.async_engine import AsyncEngine
 from inferd.engine.engine import Engine
 from inferd.models.loader import load_model
 from inferd.server.app import build_app
-from inferd.server.chat_features import attach_chat_features
-from inferd.server.state import ServerState
+from inferd.serving.chat_features import attach_chat_features
+from inferd.serving.state import ServerState
+from router_fakes import ServerThread
 
 WORD_MAKER = WordTextMaker()
 
@@ -139,19 +136,9 @@ def base_url(tiny_model_dir):
     state.engine = AsyncEngine(Engine(loaded, config))
     state.template = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}", None, None)
     attach_chat_features(state, loaded)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(build_app(state), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    server = ServerThread(build_app(state)).start()
+    yield server.url
+    server.stop()
     state.engine.shutdown()
 
 
@@ -200,7 +187,7 @@ def test_runner_bounds_concurrency_and_replays_turns_in_order():
         in_flight += 1
         peak = max(peak, in_flight)
         prompts.append(prompt)
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # a request in flight, for the others to overlap with
         in_flight -= 1
         return RequestResult(ok=True, text=f" ans{len(prompts)}", output_tokens=max_tokens)
 

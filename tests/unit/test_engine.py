@@ -3,12 +3,18 @@ prefix-cache and chunking equivalence, preemption, finish reasons, aborts."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from inferd.config import EngineConfig
 from inferd.engine.engine import Engine
+from inferd.engine.engine_request import EngineRequest
+from inferd.engine.errors import RequestRejected
 from inferd.engine.sampling_params import SamplingParams
-from inferd.engine.scheduler import RequestRejected
+from inferd.engine.scheduler import Scheduler
 from inferd.models.loader import load_model
 
 
@@ -26,7 +32,7 @@ def make_engine(loaded, **kw) -> Engine:
 
 def run(engine: Engine, requests: dict[str, tuple[list[int], SamplingParams]], **add_kw):
     for rid, (prompt, params) in requests.items():
-        engine.add_request(rid, prompt, params, **add_kw)
+        engine.add_request(EngineRequest(rid, prompt, params, **add_kw))
     tokens = {rid: [] for rid in requests}
     finals = {}
     while engine.has_work:
@@ -128,7 +134,7 @@ def test_context_full_finishes_with_length(loaded):
 
 def test_abort_frees_blocks_at_once(loaded):
     engine = make_engine(loaded)
-    engine.add_request("a", prompt(20), SamplingParams(max_tokens=50, temperature=0.0, ignore_eos=True))
+    engine.add_request(EngineRequest("a", prompt(20), SamplingParams(max_tokens=50, temperature=0.0, ignore_eos=True)))
     engine.step()
     assert engine.pool.num_used > 0
     out = engine.abort("a")
@@ -140,18 +146,18 @@ def test_abort_frees_blocks_at_once(loaded):
 def test_bad_requests_are_refused_before_admission(loaded):
     engine = make_engine(loaded, ctx_size=32)
     with pytest.raises(RequestRejected, match="context size is 32"):
-        engine.add_request("a", prompt(40), SamplingParams(max_tokens=1))
+        engine.add_request(EngineRequest("a", prompt(40), SamplingParams(max_tokens=1)))
     with pytest.raises(RequestRejected, match="outside the vocabulary"):
-        engine.add_request("b", [5, 100000], SamplingParams(max_tokens=1))
+        engine.add_request(EngineRequest("b", [5, 100000], SamplingParams(max_tokens=1)))
     with pytest.raises(ValueError, match="temperature"):
-        engine.add_request("c", prompt(4), SamplingParams(temperature=-1.0))
+        engine.add_request(EngineRequest("c", prompt(4), SamplingParams(temperature=-1.0)))
     assert not engine.has_work
 
 
 def test_text_deltas_join_to_the_full_decode(loaded):
     engine = make_engine(loaded)
     params = SamplingParams(max_tokens=16, temperature=1.0, seed=7, ignore_eos=True)
-    engine.add_request("a", prompt(6), params)
+    engine.add_request(EngineRequest("a", prompt(6), params))
     text, ids = "", []
     while engine.has_work:
         for out in engine.step():
@@ -167,3 +173,53 @@ def test_a_request_with_no_samplable_token_fails_alone(loaded):
     assert finals["bad"].finish_reason == "error" and "logit_bias" in finals["bad"].error
     assert finals["good"].finish_reason == "length" and len(toks["good"]) == 12
     assert engine.pool.num_used == 0
+
+
+def count_validation(monkeypatch) -> dict[str, int]:
+    """Counts SamplingParams.validate and Scheduler.check_fits calls from here on."""
+    counts = {"validate": 0, "check_fits": 0}
+    for owner, name in ((SamplingParams, "validate"), (Scheduler, "check_fits")):
+        original = getattr(owner, name)
+
+        def counted(*args, _original=original, _name=name, **kwargs):
+            counts[_name] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted)
+    return counts
+
+
+def test_a_request_is_validated_exactly_once(loaded, monkeypatch):
+    engine = make_engine(loaded)
+    counts = count_validation(monkeypatch)
+    _, finals = run(engine, {"a": (prompt(6), GREEDY)})
+    assert finals["a"].finish_reason == "length"
+    assert counts == {"validate": 1, "check_fits": 1}
+
+
+def test_requests_with_different_cache_salts_share_no_cached_blocks(loaded):
+    engine = make_engine(loaded)
+    cold, _ = run(engine, {"a": (prompt(30), GREEDY)}, cache_salt="tenant-a")
+    for rid, salt in (("b", "tenant-b"), ("c", None)):
+        _, finals = run(engine, {rid: (prompt(30), GREEDY)}, cache_salt=salt)
+        assert finals[rid].usage.cached_tokens == 0
+    warm, finals = run(engine, {"d": (prompt(30), GREEDY)}, cache_salt="tenant-a")
+    assert finals["d"].usage.cached_tokens == 28 and warm["d"] == cold["a"]
+
+
+def test_a_cache_salt_must_be_a_string(loaded):
+    engine = make_engine(loaded)
+    with pytest.raises(RequestRejected, match="cache_salt must be a string"):
+        engine.add_request(EngineRequest("a", prompt(4), GREEDY, cache_salt=7))
+
+
+def test_the_engine_leaves_chat_alone_and_its_request_types_leave_torch_alone():
+    script = (
+        "import json, sys; import inferd.engine.engine_request, inferd.engine.errors, inferd.engine.outputs; "
+        "light = sorted(m for m in sys.modules if m == 'torch' or m.startswith('inferd.')); "
+        "import inferd.engine.async_engine; "
+        "print(json.dumps([light, sorted(m for m in sys.modules if m.startswith('inferd.chat'))]))"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    light, chat = json.loads(out.stdout)
+    assert "torch" not in light and chat == []

@@ -11,6 +11,7 @@ import pytest
 from inferd.discovery.etcd_watch import EtcdWatcher
 from inferd.discovery.record import WorkerRecord, worker_key
 from inferd.router.fleet import Fleet
+from polling import async_wait_for
 from router_fakes import RecordingPolicy
 
 aetcd = pytest.importorskip("aetcd")
@@ -19,14 +20,6 @@ _prefixes = itertools.count()
 
 def new_prefix() -> str:
     return f"/test-router-watch-{next(_prefixes)}-{time.monotonic_ns()}/"
-
-
-async def until(condition, what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never happened: {what}")
-        await asyncio.sleep(0.02)
 
 
 async def put(client, prefix: str, worker_id: str, model: str = "m") -> None:
@@ -67,17 +60,17 @@ def test_loads_the_prefix_then_applies_puts_and_deletes(etcd_server):
         watcher = EtcdWatcher(fleet, etcd_server.host, etcd_server.port, prefix)
         task = asyncio.create_task(watcher.run())
         try:
-            await until(lambda: "w1" in fleet.workers, "w1 loaded")
+            assert await async_wait_for(lambda: "w1" in fleet.workers, timeout=20.0), "w1 never loaded"
             w1 = fleet.get("w1")
             assert (w1.url, w1.model, w1.source, w1.capabilities) == ("http://w1:8080", "m", "etcd",
                                                                       frozenset({"kv-events"}))
             await put(client, prefix, "w2")
-            await until(lambda: "w2" in fleet.workers, "w2 added")
+            assert await async_wait_for(lambda: "w2" in fleet.workers, timeout=20.0), "w2 never added"
             await put(client, prefix, "w2", model="m2")
-            await until(lambda: fleet.get("w2").model == "m2", "w2 updated")
+            assert await async_wait_for(lambda: fleet.get("w2").model == "m2", timeout=20.0), "w2 never updated"
             await client.put(worker_key(prefix, "bad"), b"not json")
             await client.delete(worker_key(prefix, "w1"))
-            await until(lambda: "w1" not in fleet.workers, "w1 removed")
+            assert await async_wait_for(lambda: "w1" not in fleet.workers, timeout=20.0), "w1 never removed"
             assert sorted(fleet.workers) == ["w2"]
             assert fleet.policy.removed == ["w1"]
         finally:
@@ -98,7 +91,8 @@ def test_router_replicas_share_one_fleet_view(etcd_server):
                 await put(client, prefix, worker_id)
             await client.delete(worker_key(prefix, "b"))
             for fleet in fleets:
-                await until(lambda: sorted(fleet.workers) == ["a", "c"], "both replicas see a and c")
+                assert await async_wait_for(lambda: sorted(fleet.workers) == ["a", "c"], timeout=20.0), \
+                    "a replica never saw just a and c"
         finally:
             for t in tasks:
                 t.cancel()
@@ -154,21 +148,31 @@ def test_the_watch_reconnects_after_etcd_restarts(tmp_path):
 
     server = EtcdServer(tmp_path / "etcd", binary=etcd_or_skip()).start()
 
+    retries: list[float] = []
+
+    async def retry_after(delay: float) -> None:
+        retries.append(delay)
+        await asyncio.sleep(delay)
+
     async def main():
         prefix, fleet = new_prefix(), Fleet(RecordingPolicy())
-        watcher = EtcdWatcher(fleet, server.host, server.port, prefix, backoff=0.05, max_backoff=0.2)
+        watcher = EtcdWatcher(fleet, server.host, server.port, prefix, backoff=0.05, max_backoff=0.2,
+                              sleep=retry_after)
         task = asyncio.create_task(watcher.run())
         try:
             client = await connected(server)
             await put(client, prefix, "w1")
             await client.close()
-            await until(lambda: "w1" in fleet.workers, "w1 seen")
+            assert await async_wait_for(lambda: "w1" in fleet.workers, timeout=20.0), "w1 never seen"
             await asyncio.to_thread(server.stop)
-            await asyncio.sleep(0.3)  # the watch fails and retries while etcd is gone
+            failed_before = len(retries)
+            # The watch fails, and so does a reconnect, while etcd is gone.
+            assert await async_wait_for(lambda: len(retries) >= failed_before + 2, timeout=20.0), retries
             assert sorted(fleet.workers) == ["w1"]
             await asyncio.to_thread(server.start)
             await put_after_restart(server, prefix, "w2")
-            await until(lambda: sorted(fleet.workers) == ["w1", "w2"], "w2 seen after the restart")
+            assert await async_wait_for(lambda: sorted(fleet.workers) == ["w1", "w2"], timeout=20.0), \
+                "w2 never seen after the restart"
         finally:
             task.cancel()
 

@@ -56,8 +56,17 @@ def test_remove_tells_the_policy_and_stops_what_was_attached():
 
 
 def test_attach_may_decline():
-    fleet, _ = fleet_of(record("a"), attach=lambda w: None)
-    fleet.remove("a")  # nothing to stop
+    attached, stopped = [], []
+
+    def attach(worker):  # follows b only; declines a
+        attached.append(worker.id)
+        return (lambda: stopped.append(worker.id)) if worker.id == "b" else None
+
+    fleet, policy = fleet_of(record("a"), record("b"), attach=attach)
+    assert fleet.remove("a").id == "a"
+    assert (attached, ids(fleet.workers.values()), policy.removed, stopped) == (["a", "b"], ["b"], ["a"], [])
+    fleet.remove("b")
+    assert (policy.removed, stopped) == (["a", "b"], ["b"])
 
 
 def test_retain_removes_only_missing_workers_of_that_source():

@@ -20,15 +20,9 @@ from tiny_models import TINY_VOCAB, write_byte_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferd.chat.grammar import (
-    GrammarCompiler,
-    GrammarError,
-    GrammarSetupError,
-    GrammarSpec,
-    allocate_bitmask,
-    apply_bitmask,
-)
+from inferd.chat.grammar import GrammarCompiler, GrammarError, GrammarSetupError, GrammarSpec
 from inferd.chat.grammar_cache import BoundedLruCache
+from inferd.engine.sampling.grammar_mask import allocate_bitmask, apply_bitmask
 from inferd.models.tokenizer import Tokenizer, load_tokenizer
 
 try:

@@ -5,18 +5,28 @@ and a reader that falls behind is dropped."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
 from inferd.config import EngineConfig
 from inferd.engine.async_engine import AsyncEngine
 from inferd.engine.engine import Engine
-from inferd.engine.kv_cache import BlockPool, prefix_block_hashes
+from inferd.engine.engine_request import EngineRequest
+from inferd.engine.errors import EngineDeadError
+from inferd.engine.kv_cache import BlockPool
 from inferd.engine.kv_events import KvEventHub, KvEventLog, KvSnapshot, KvUpdate
 from inferd.engine.sampling_params import SamplingParams
 from inferd.models.loader import load_model
+from inferd.prefix_hash import prefix_block_hashes, root_hash
+from inferd.router.kv_index import KvIndex
 
 BLOCK_SIZE = 4
+
+
+def fake_hash(n: int) -> str:
+    """A stand-in block hash: the pool and the hub treat hashes as opaque."""
+    return f"{n:032x}"
 
 
 class Recorder:
@@ -94,14 +104,15 @@ def test_an_unwatched_pool_behaves_as_before():
 
 
 def test_a_hash_stored_and_removed_within_one_step_cancels_out():
+    h1, h2, h3, h4 = map(fake_hash, range(1, 5))
     log = KvEventLog()
-    log.block_stored(1)
-    log.block_stored(2)
-    log.block_removed(1)
-    log.block_removed(3)
-    log.block_stored(3)
-    log.block_removed(4)
-    assert log.take() == ([2], [4])
+    log.block_stored(h1)
+    log.block_stored(h2)
+    log.block_removed(h1)
+    log.block_removed(h3)
+    log.block_stored(h3)
+    log.block_removed(h4)
+    assert log.take() == ([h2], [h4])
     assert log.take() == ([], [])
 
 
@@ -179,10 +190,10 @@ def test_a_reader_that_falls_behind_is_dropped_and_the_others_carry_on():
         slow, fast = hub.subscribe(loop), hub.subscribe(loop)
         seen = []
         for i in range(3):
-            pool.cache_block(pool.allocate(1)[0], 100 + i)
+            pool.cache_block(pool.allocate(1)[0], fake_hash(100 + i))
             hub.publish()
             seen.append(await fast.next())
-        assert [u.stored for u in seen] == [[100], [101], [102]]
+        assert [u.stored for u in seen] == [[fake_hash(100)], [fake_hash(101)], [fake_hash(102)]]
         assert await slow.next() is None  # two were waiting when the third came: the stream ended
         assert slow.dropped and slow._queue.qsize() == 1  # only the end marker is kept
         assert await slow.next() is None
@@ -198,12 +209,12 @@ def test_the_last_reader_leaving_detaches_the_pool_and_forgets_what_was_logged()
         hub = KvEventHub(pool)
         sub = hub.subscribe(asyncio.get_running_loop())
         sub.close()
-        pool.cache_block(pool.allocate(1)[0], 5)
+        pool.cache_block(pool.allocate(1)[0], fake_hash(5))
         hub.publish()
         assert pool.listener is None and hub.num_subscribers == 0
         assert hub._log.take() == ([], [])
         again = hub.subscribe(asyncio.get_running_loop())
-        assert again.snapshot.hashes == [5]
+        assert again.snapshot.hashes == [fake_hash(5)]
 
     run(go())
 
@@ -257,7 +268,7 @@ def test_an_engine_step_publishes_one_batch_for_all_its_requests(loaded):
         sub = engine.kv_events.subscribe(asyncio.get_running_loop())
         assert sub.snapshot == KvSnapshot(block_size=BLOCK_SIZE, hashes=[], active_blocks=0)
         for i, prompt in enumerate(PROMPTS):
-            engine.add_request(f"r{i}", prompt, ONE_TOKEN)
+            engine.add_request(EngineRequest(f"r{i}", prompt, ONE_TOKEN))
         outputs = engine.step()  # both prefills in one step; one token each, so both finish
         engine.kv_events.publish()
         assert [o.finished for o in outputs] == [True, True]
@@ -267,12 +278,33 @@ def test_an_engine_step_publishes_one_batch_for_all_its_requests(loaded):
     run(go())
 
 
+def test_a_router_hashing_the_prompt_with_its_salt_finds_exactly_the_blocks_the_engine_reports(loaded):
+    async def go():
+        engine = Engine(loaded, engine_config())
+        sub = engine.kv_events.subscribe(asyncio.get_running_loop())
+        engine.add_request(EngineRequest("r", PROMPTS[0], ONE_TOKEN, cache_salt="tenant-a"))
+        engine.step()
+        engine.kv_events.publish()
+        update = await sub.next()
+        # As the wire carries them: JSON strings, read back by the router's index.
+        wire = json.loads(json.dumps({"type": "update", "stored": update.stored, "removed": update.removed,
+                                      "active_blocks": update.active_blocks}))
+        index = KvIndex()
+        index.apply("w", {"type": "snapshot", "block_size": BLOCK_SIZE, "hashes": sub.snapshot.hashes})
+        index.apply("w", wire)
+        salted = prefix_block_hashes(PROMPTS[0], BLOCK_SIZE, parent=root_hash("tenant-a"))
+        assert update.stored == salted and index.overlap("w", salted) == 3
+        assert index.overlap("w", prefix_block_hashes(PROMPTS[0], BLOCK_SIZE)) == 0
+
+    run(go())
+
+
 def test_the_async_engine_publishes_before_the_answer_and_a_reset_as_removals(loaded):
     async def go():
         engine = AsyncEngine(Engine(loaded, engine_config()))
         try:
             sub = await engine.subscribe_kv_events()
-            async for out in engine.generate("a", PROMPTS[0], ONE_TOKEN):
+            async for out in engine.generate(EngineRequest("a", PROMPTS[0], ONE_TOKEN)):
                 pass
             hashes = prefix_block_hashes(PROMPTS[0], BLOCK_SIZE)
             # Already queued when the answer came: no waiting on the engine here.
@@ -290,8 +322,6 @@ def test_the_async_engine_publishes_before_the_answer_and_a_reset_as_removals(lo
 
 
 def test_subscribing_to_a_stopped_engine_is_refused(loaded):
-    from inferd.engine.async_engine import EngineDeadError
-
     async def go():
         engine = AsyncEngine(Engine(loaded, engine_config()))
         engine.shutdown()

@@ -17,7 +17,7 @@ from inferd.config import ServeConfig
 from inferd.discovery import registration
 from inferd.discovery.record import DEFAULT_PREFIX, WorkerRecord, worker_key
 from inferd.discovery.registration import Registration, check_options, default_advertise_url, worker_id_for
-from tests.polling import async_wait_for
+from polling import async_wait_for
 
 aetcd = pytest.importorskip("aetcd", reason="the etcd extra is not installed (pip install 'inferd[etcd]')")
 
@@ -88,7 +88,6 @@ def test_the_key_holds_the_record_under_a_lease_and_stop_deletes_both(etcd_serve
             assert await etcd.get(reg.key) is None
             assert (await etcd.get_lease_info(kv.lease, keys=False)).TTL == -1  # revoked, not left to expire
             reg.start()  # after stop: nothing
-            await asyncio.sleep(0)
             assert reg._task is None and not reg.registered
 
     asyncio.run(go())
@@ -125,13 +124,22 @@ def test_an_unreachable_etcd_is_logged_once_and_retried_until_it_answers(tmp_pat
 
     async def go():
         reg = Registration(etcd_server.address, RECORD, "/unit-retry/", ttl=2)
+        tries = 0
+        grant = reg._client.lease
+
+        async def counted_grant(ttl):  # each try to register starts with a lease
+            nonlocal tries
+            tries += 1
+            return await grant(ttl)
+
+        reg._client.lease = counted_grant
         reg.start()
         try:
-            assert await async_wait_for(lambda: asyncio.sleep(0, reg._failing), timeout=10.0)
-            await asyncio.sleep(2 * reg.refresh_every)  # more failed tries
+            assert await async_wait_for(lambda: reg._failing, timeout=10.0)
+            assert await async_wait_for(lambda: tries >= 3, timeout=10.0), f"{tries} tries"  # two more after the first
             assert not reg.registered and not reg._task.done()
             await asyncio.to_thread(etcd_server.start)
-            assert await async_wait_for(lambda: asyncio.sleep(0, reg.registered), timeout=15.0)
+            assert await async_wait_for(lambda: reg.registered, timeout=15.0)
         finally:
             await reg.stop()
 

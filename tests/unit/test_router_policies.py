@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferd.engine.kv_cache import prefix_block_hashes
+from inferd.prefix_hash import prefix_block_hashes
 from inferd.router.kv_index import KvIndex
 from inferd.router.policies import POLICIES, make_policy
 from inferd.router.policies.base import NoWorkerError, RoutingRequest

@@ -1,5 +1,5 @@
-"""Precise mode's wiring: prompt token ids as a worker computes them, and a
-KV-event subscription for each worker."""
+"""Precise mode's wiring: prompt token ids as a worker computes them, hashed
+with the request's cache salt, and a KV-event subscription for each worker."""
 
 from __future__ import annotations
 
@@ -13,11 +13,16 @@ from inferd.config import RouterOptions, ServeConfig
 from inferd.engine.async_engine import AsyncEngine
 from inferd.engine.engine import Engine
 from inferd.models.loader import load_model
+from inferd.prefix_hash import prefix_block_hashes, root_hash
 from inferd.router.assemble import build_router_state, start_router, stop_router
+from inferd.router.kv_index import KvIndex
+from inferd.router.policies.base import Decision, RoutingRequest
+from inferd.router.policies.precise import PrecisePolicy
 from inferd.router.prompt_tokens import PromptTokenizer
+from inferd.router.worker import Worker
 from inferd.server.app import build_app
-from inferd.server.chat_features import attach_chat_features
-from inferd.server.state import ServerState
+from inferd.serving.chat_features import attach_chat_features
+from inferd.serving.state import ServerState
 
 CHAT = {"model": "tiny", "max_tokens": 1, "messages": [
     {"role": "system", "content": "be brief"}, {"role": "user", "content": "what is a prefix cache?"}]}
@@ -90,3 +95,44 @@ def test_precise_mode_follows_each_workers_kv_events(tiny_model_dir):
 
     asyncio.run(main())
     assert state.policy.fallback.name == "precise"
+
+
+# -- hashing the prompt as the worker does ---------------------------------------------
+
+TOKENS = list(range(3, 19))  # four blocks of 4
+
+
+def kv_snapshot(hashes):
+    return {"type": "snapshot", "block_size": 4, "hashes": list(hashes), "active_blocks": 0}
+
+
+class Fallback:
+    name = "fallback"
+
+    def choose(self, request, candidates):
+        return Decision(candidates[-1], "fallback")
+
+
+def choose(body, token_ids=TOKENS) -> Decision:
+    index = KvIndex()
+    index.apply("salted", kv_snapshot(prefix_block_hashes(TOKENS, 4, parent=root_hash("tenant-a"))))
+    index.apply("plain", kv_snapshot(prefix_block_hashes(TOKENS, 4)))
+    policy = PrecisePolicy(index=index, fallback=Fallback())
+    request = RoutingRequest(path="/v1/completions", body=body, text="", token_ids=token_ids)
+    return policy.choose(request, [Worker(id="salted", url="http://s"), Worker(id="plain", url="http://p")])
+
+
+@pytest.mark.parametrize("body, worker, matched", [
+    ({"cache_salt": "tenant-a"}, "salted", 1.0),
+    ({}, "plain", 1.0),
+    ({"cache_salt": None}, "plain", 1.0),
+    ({"cache_salt": 7}, "plain", 1.0),  # not a string: hashed unsalted (the worker refuses the request anyway)
+    ({"cache_salt": "tenant-b"}, "plain", 0.0),  # a salt nobody holds: no overlap anywhere (tie on id)
+])
+def test_the_prompt_is_hashed_with_the_bodys_cache_salt(body, worker, matched):
+    decision = choose(body)
+    assert (decision.worker.id, decision.reason, decision.matched) == (worker, "kv-cost", matched)
+
+
+def test_token_ids_no_worker_accepts_go_to_the_fallback():
+    assert choose({}, token_ids=[3, -1, 4, 5]).reason == "fallback"

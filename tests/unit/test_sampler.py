@@ -4,16 +4,11 @@ import random
 import pytest
 import torch
 
-from inferd.engine import vocab_blocks
-from inferd.engine.sampler import (
-    NoValidTokenError,
-    Sampler,
-    SamplerError,
-    SampleRow,
-    TokenLogprobs,
-    make_generator,
-    process_logits,
-)
+from inferd.engine.outputs import TokenLogprobs
+from inferd.engine.sampling import vocab_blocks
+from inferd.engine.sampling.errors import NoValidTokenError, SamplerError
+from inferd.engine.sampling.logits_processing import process_logits
+from inferd.engine.sampling.sampler import Sampler, SampleRow, make_generator
 from inferd.engine.sampling_params import SamplingParams
 
 try:
@@ -25,7 +20,7 @@ except ImportError:  # the property test below is skipped without it
 sample = Sampler()
 
 
-def make_row(params=None, *, prompt=(), output=(), seed=None, eos=(), **fields):
+def make_row(params=None, *, prompt=(), output=(), seed=None, eos=(), forced_token=None, grammar=None, **fields):
     params = params if params is not None else SamplingParams(**fields)
     return SampleRow(
         params=params,
@@ -33,6 +28,8 @@ def make_row(params=None, *, prompt=(), output=(), seed=None, eos=(), **fields):
         output_token_ids=list(output),
         generator=make_generator(seed),
         eos_token_ids=frozenset(eos),
+        forced_token=forced_token,
+        grammar=grammar,
     )
 
 
@@ -324,6 +321,54 @@ def test_min_tokens_masks_eos_and_stop_ids_until_reached():
 def test_min_tokens_masking_holds_for_sampled_rows():
     logits = torch.tensor([1.0, 1.0, 9.0, 9.0])
     assert drawn_support(logits, draws=200, min_tokens=1, eos=[2], stop_token_ids=[3]) == {0, 1}
+
+
+# --- steering: a forced token, else the grammar, before everything else -------------
+
+
+class AllowOnly:
+    """A grammar that allows the same few tokens at every step (ids in the first 31 of the vocabulary)."""
+
+    def __init__(self, *allowed):
+        self.allowed = allowed
+        self.masks_filled = 0
+
+    def fill_mask(self, bitmask, row):
+        self.masks_filled += 1
+        bitmask[row] = 0
+        for t in self.allowed:
+            bitmask[row, 0] |= 1 << t
+
+
+def test_a_forced_token_is_the_only_choice_whatever_the_bias():
+    logits = torch.tensor([[0.0, 9.0, 1.0, -3.0]] * 2)
+    rows = [make_row(forced_token=3, logit_bias={1: 100.0}), make_row(forced_token=3, temperature=0.0, logprobs=1)]
+    processed = process_logits(logits, rows)
+    assert processed[0].tolist() == [-math.inf, -math.inf, -math.inf, 0.0]
+    out = sample(logits, rows)
+    assert out.token_ids == [3, 3] and out.logprobs[1].logprob == 0.0
+
+
+def test_the_grammar_masks_before_logit_bias_and_penalties():
+    logits = torch.tensor([[0.0, 5.0, 1.0, 2.0, 7.0]])
+    grammar = AllowOnly(0, 2)
+    row = make_row(grammar=grammar, temperature=0.0, logit_bias={1: 100.0, 2: 0.5}, repetition_penalty=2.0, prompt=[0])
+    assert process_logits(logits, [row]).tolist() == [[0.0, -math.inf, 1.5, -math.inf, -math.inf]]
+    assert sample(logits, [row]).token_ids == [2]
+    assert drawn_support(logits[0], draws=200, grammar=grammar) == {0, 2}
+
+
+def test_a_forced_token_overrides_the_grammar():
+    grammar = AllowOnly(0)
+    out = sample(torch.zeros(1, 4), [make_row(forced_token=2, grammar=grammar)])
+    assert out.token_ids == [2] and grammar.masks_filled == 0
+
+
+def test_steering_leaves_the_callers_logits_untouched():
+    logits = torch.tensor([[0.0, 5.0, 1.0], [1.0, 2.0, 3.0]])
+    before = logits.clone()
+    out = sample(logits, [make_row(grammar=AllowOnly(0), temperature=0.0), make_row(forced_token=1)])
+    assert out.token_ids == [0, 1] and torch.equal(logits, before)
 
 
 # --- seeds and batch invariance --------------------------------------------------

@@ -3,10 +3,12 @@ driven without a model (tokens are "computed" by calling advance)."""
 
 import pytest
 
+from inferd.engine.engine_request import Priority
+from inferd.engine.errors import QueueFullError, RequestRejected
 from inferd.engine.kv_cache import BlockPool
-from inferd.engine.request import Priority, Request, RequestStatus
+from inferd.engine.request import Request, RequestStatus
 from inferd.engine.sampling_params import SamplingParams
-from inferd.engine.scheduler import QueueFullError, RequestRejected, Scheduler, SchedulerConfig
+from inferd.engine.scheduler import Scheduler, SchedulerConfig
 
 
 def make(num_blocks=16, block_size=4, **kw):
@@ -14,9 +16,9 @@ def make(num_blocks=16, block_size=4, **kw):
     return Scheduler(cfg, BlockPool(num_blocks, block_size))
 
 
-def req(rid, n, priority=Priority.NORMAL, max_tokens=8, first=0, cache=True):
+def req(rid, n, priority=Priority.NORMAL, max_tokens=8, first=0, cache=True, salt=None):
     return Request(rid, list(range(first, first + n)), SamplingParams(max_tokens=max_tokens),
-                   priority=priority, cache_prompt=cache)
+                   priority=priority, cache_prompt=cache, cache_salt=salt)
 
 
 def step(s):
@@ -82,9 +84,11 @@ def test_queue_bound():
 def test_prompt_that_cannot_fit_is_refused_with_numbers():
     s = make(max_model_len=32)
     with pytest.raises(RequestRejected, match=r"40 tokens.*context size is 32"):
-        s.add(req("a", 40))
+        s.check_fits(40, 8)
     with pytest.raises(RequestRejected, match=r"lower max_tokens to at most 12"):
-        s.add(req("b", 20, max_tokens=30))
+        s.check_fits(20, 30)
+    with pytest.raises(RequestRejected, match="the prompt is empty"):
+        s.check_fits(0, 8)
 
 
 def test_prefix_hit_skips_cached_blocks_and_counts_cached_tokens():
@@ -100,6 +104,26 @@ def test_prefix_hit_skips_cached_blocks_and_counts_cached_tokens():
     assert b.num_cached_tokens == 8  # two full blocks of 4
     assert batch.num_new_tokens == [5]
     assert b.block_table[:2] == a_blocks[:2]
+
+
+def test_requests_with_different_salts_share_no_cached_blocks():
+    s = make(num_blocks=32)
+    a, b = req("a", 13, salt="tenant-a"), req("b", 13, salt="tenant-b")
+    s.add(a)
+    s.add(b)
+    step(s)  # both prompts computed side by side, each donating its three full blocks
+    assert not set(a.block_table) & set(b.block_table) and not set(a.block_hashes) & set(b.block_hashes)
+    assert len(s.pool.cached) == 6
+    a_hashes = list(a.block_hashes)
+    for r in (a, b):
+        s.finish(r, RequestStatus.FINISHED_STOPPED)
+    unsalted, again = req("c", 13), req("d", 13, salt="tenant-a")
+    s.add(unsalted)
+    step(s)
+    assert unsalted.num_cached_tokens == 0  # no salt is a salt of its own
+    s.add(again)
+    step(s)
+    assert again.num_cached_tokens == 12 and again.block_hashes == a_hashes
 
 
 def test_fully_cached_prompt_recomputes_its_last_block():

@@ -8,8 +8,10 @@ import shutil
 import pytest
 from tokenizers import Tokenizer as InnerTokenizer
 
+from inferd.chat.reasoning import think_token_ids
 from inferd.config import EngineConfig
 from inferd.engine.engine import Engine
+from inferd.engine.engine_request import EngineRequest
 from inferd.engine.sampling_params import SamplingParams
 from inferd.models.loader import load_model
 
@@ -25,11 +27,12 @@ def engine(tiny_model_dir, tmp_path_factory):
     inner.add_special_tokens(["<think>", "</think>"])
     inner.save(str(folder / "tokenizer.json"))
     loaded = load_model(str(folder), dtype="float32")
-    return Engine(loaded, EngineConfig(ctx_size=128, parallel=4, block_size=4))
+    config = EngineConfig(ctx_size=128, parallel=4, block_size=4)
+    return Engine(loaded, config, think_ids=think_token_ids(loaded.tokenizer))
 
 
 def generate(engine, params, prompt=(2, 50, 51), **kw):
-    engine.add_request("r", list(prompt), params, **kw)
+    engine.add_request(EngineRequest("r", list(prompt), params, **kw))
     tokens, final = [], None
     while engine.has_work:
         for out in engine.step():
@@ -38,7 +41,7 @@ def generate(engine, params, prompt=(2, 50, 51), **kw):
     return tokens, final
 
 
-def test_the_engine_finds_single_token_think_markers(engine):
+def test_the_engine_takes_the_single_token_think_markers(engine):
     assert engine.think_ids == (THINK, END_THINK)
 
 
@@ -72,4 +75,11 @@ def test_reasoning_counts_only_tokens_inside_think(engine):
 
 def test_a_budget_above_max_tokens_is_refused(engine):
     with pytest.raises(ValueError, match="thinking_budget"):
-        engine.add_request("x", [2, 5], SamplingParams(max_tokens=4, thinking_budget=10))
+        engine.add_request(EngineRequest("x", [2, 5], SamplingParams(max_tokens=4, thinking_budget=10)))
+
+
+def test_without_think_ids_no_request_reasons(engine):
+    plain = Engine(engine.loaded, engine.config)
+    params = SamplingParams(max_tokens=3, temperature=0, logit_bias={A: 100.0}, thinking_budget=0, ignore_eos=True)
+    tokens, _ = generate(plain, params, reasoning_started=True)
+    assert tokens == [A] * 3  # a spent budget forces nothing: there is no </think> to force

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from inferd.server.errors import APIError, BadRequest, validation_message, to_api_error
+from inferd.http.errors import APIError, BadRequest, validation_message, to_api_error
 
 # Anthropic's documented status for an overloaded service; clients retry it.
 OVERLOADED = 529

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from inferd.api.anthropic.convert import content_blocks, stop_reason, to_chat_request, to_counted_request, usage
+from inferd.api.anthropic.convert import to_chat_request, to_counted_request
+from inferd.api.anthropic.results import content_blocks, stop_reason, usage
 from inferd.api.anthropic.protocol import (
     CountTokensRequest, CountTokensResponse, MessagesRequest, MessagesResponse, message_id,
 )
 from inferd.api.anthropic.stream import message_events
-from inferd.api.generation import collect
-from inferd.api.openai.chat import render_chat_prompt, submit_chat
-from inferd.api.openai.chat_constraints import tool_choice_mode
-from inferd.server.state import ServerState
+from inferd.serving.chat import submit_chat
+from inferd.serving.chat_prompt import submitted_prompt_ids
+from inferd.serving.state import ServerState
 
 
 async def create_message(state: ServerState, req: MessagesRequest, raw: Request):
@@ -24,7 +24,7 @@ async def create_message(state: ServerState, req: MessagesRequest, raw: Request)
     stops = req.stop_sequences or []
     if req.stream:
         return message_events(chat, model, stops)
-    (choice,) = await collect(chat.streams)
+    (choice,) = await chat.generation.collect()
     output = chat.outputs[0]
     blocks = content_blocks(output.parse(choice.text))
     reason, sequence = stop_reason(choice.final, output.called_tools, stops)
@@ -35,8 +35,6 @@ async def create_message(state: ServerState, req: MessagesRequest, raw: Request)
 def count_tokens(state: ServerState, req: CountTokensRequest) -> CountTokensResponse:
     engine = state.require_engine()
     state.check_model(req.model)
-    chat_req = to_counted_request(req)
-    # The same prompt that /v1/messages would submit, tools included unless switched off.
-    tools = chat_req.tools if tool_choice_mode(chat_req) != "none" else []
-    prompt = render_chat_prompt(state, chat_req, tools=tools)
-    return CountTokensResponse(input_tokens=len(engine.tokenizer.encode(prompt)))
+    # The same prompt that /v1/messages would submit.
+    ids = submitted_prompt_ids(state.template, engine.tokenizer, to_counted_request(req))
+    return CountTokensResponse(input_tokens=len(ids))

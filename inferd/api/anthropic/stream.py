@@ -10,20 +10,14 @@ Each event is SSE with an `event:` line naming its type.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 
 from fastapi.responses import StreamingResponse
 
-from inferd.api.anthropic.convert import stop_reason, usage
-from inferd.api.anthropic.errors import anthropic_error, error_envelope
-from inferd.api.generation import fan_in, raise_if_failed
-from inferd.api.openai.chat import SubmittedChat
-from inferd.server.streaming import sse_response
-
-
-def event(payload: dict) -> str:
-    return f"event: {payload['type']}\ndata: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+from inferd.api.anthropic.results import stop_reason, usage
+from inferd.api.anthropic.events import error_event, event
+from inferd.http.sse import sse_response
+from inferd.serving.chat import SubmittedChat
 
 
 class BlockWriter:
@@ -78,9 +72,8 @@ async def _events(chat: SubmittedChat, model: str, stop_sequences: list[str]) ->
     }})
     blocks = BlockWriter()
     final = None
-    try:
-        async for _, out in fan_in(chat.streams):
-            raise_if_failed(out)
+    async with chat.generation as generation:
+        async for _, out in generation:
             if out.text:
                 for e in blocks.delta_events(output.feed(out.text)):
                     yield e
@@ -88,9 +81,6 @@ async def _events(chat: SubmittedChat, model: str, stop_sequences: list[str]) ->
                 final = out
                 for e in blocks.delta_events(output.finish()):
                     yield e
-    finally:
-        for s in chat.streams:
-            s.close()
     for e in blocks.close():
         yield e
     if not blocks.pinged:
@@ -102,5 +92,4 @@ async def _events(chat: SubmittedChat, model: str, stop_sequences: list[str]) ->
 
 
 def message_events(chat: SubmittedChat, model: str, stop_sequences: list[str]) -> StreamingResponse:
-    return sse_response(_events(chat, model, stop_sequences),
-                        lambda err: event(error_envelope(anthropic_error(err))))
+    return sse_response(_events(chat, model, stop_sequences), error_event)

@@ -11,19 +11,27 @@ from collections.abc import AsyncIterator
 
 from fastapi import Request
 
-from inferd.api.generation import Choice, collect, fan_in, raise_if_failed, request_priority, submit
 from inferd.api.llamacpp.probabilities import completion_probabilities
 from inferd.api.llamacpp.prompts import split_prompts, tokenize_prompt
 from inferd.api.llamacpp.protocol import CompletionRequest, GenerationFields
 from inferd.api.llamacpp.results import final_fields, visible_tokens
-from inferd.api.llamacpp.sampling import generation_settings, in_llama_terms, sampling_params
-from inferd.api.openai.protocol import new_id
-from inferd.engine.async_engine import RequestStream
-from inferd.engine.outputs import RequestOutput
-from inferd.engine.sampler import TokenLogprobs
+from inferd.api.llamacpp.sampling import (
+    generation_settings,
+    in_llama_terms,
+    sampling_params,
+)
+from inferd.engine.outputs import RequestOutput, TokenLogprobs
 from inferd.engine.sampling_params import SamplingParams
-from inferd.server.state import ServerState
-from inferd.server.streaming import sse, sse_response
+from inferd.http.sse import sse, sse_response
+from inferd.serving.generation import (
+    Choice,
+    Generation,
+    Submission,
+    new_id,
+    request_priority,
+    submit,
+)
+from inferd.serving.state import ServerState
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +53,14 @@ async def run_completion(state: ServerState, req: GenerationFields, prompts: lis
         await asyncio.to_thread(state.grammar.validate, spec)
     constraints = [state.grammar.constraint(spec) if spec else None for _ in prompts]
     try:
-        streams = submit(engine, new_id("cmpl"), prompts, [dataclasses.replace(params) for _ in prompts],
-                         priority, req.cache_prompt, constraints)
+        submission = Submission(new_id("cmpl"), priority, req.cache_prompt, req.cache_salt)
+        generation = submit(engine, submission, prompts, [dataclasses.replace(params) for _ in prompts], constraints)
     except ValueError as e:
         raise in_llama_terms(e) from None
     answer = _Answer(state, req, params, prompts)
     if req.stream:
-        return sse_response(answer.stream(streams))
-    bodies = [answer.body(choice) for choice in await collect(streams)]
+        return sse_response(answer.stream(generation))
+    bodies = [answer.body(choice) for choice in await generation.collect()]
     return bodies[0] if len(bodies) == 1 else bodies
 
 
@@ -94,12 +102,11 @@ class _Answer:
                              has_new_line="\n" in choice.text)
         return body | self._probabilities(choice.logprobs, len(tokens))
 
-    async def stream(self, streams: list[RequestStream]) -> AsyncIterator[str]:
-        predicted = [0] * len(streams)
-        seen_new_line = [False] * len(streams)
-        try:
-            async for i, out in fan_in(streams):
-                raise_if_failed(out)
+    async def stream(self, generation: Generation) -> AsyncIterator[str]:
+        predicted = [0] * len(generation)
+        seen_new_line = [False] * len(generation)
+        async with generation:
+            async for i, out in generation:
                 predicted[i] += len(out.token_ids)
                 seen_new_line[i] = seen_new_line[i] or "\n" in out.text
                 tokens = visible_tokens(out.token_ids, out)
@@ -111,6 +118,3 @@ class _Answer:
                 if out.finished:
                     # The text already went out in the partial chunks, as llama-server streams it.
                     yield sse(self._summary(i, out, "", [], has_new_line=seen_new_line[i]))
-        finally:
-            for s in streams:
-                s.close()

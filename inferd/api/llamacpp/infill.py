@@ -13,8 +13,8 @@ from inferd.api.llamacpp.completion import run_completion
 from inferd.api.llamacpp.prompts import tokenize_prompt
 from inferd.api.llamacpp.protocol import InfillRequest, InputExtraChunk
 from inferd.models.tokenizer import Tokenizer
-from inferd.server.errors import BadRequest
-from inferd.server.state import ServerState
+from inferd.http.errors import BadRequest
+from inferd.serving.state import ServerState
 
 
 def extra_context_text(chunks: list[InputExtraChunk]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from inferd.api.llamacpp.pieces import token_bytes
-from inferd.engine.sampler import TokenLogprobs
+from inferd.engine.outputs import TokenLogprobs
 from inferd.models.tokenizer import Tokenizer
 
 

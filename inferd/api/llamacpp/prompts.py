@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from inferd.api.llamacpp.protocol import Prompt, PromptPart
 from inferd.models.tokenizer import Tokenizer
-from inferd.server.errors import BadRequest
+from inferd.http.errors import BadRequest
 
 
 def split_prompts(prompt: Prompt) -> list[str | list[PromptPart]]:

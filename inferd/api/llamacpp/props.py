@@ -5,7 +5,7 @@ from __future__ import annotations
 from inferd import __version__
 from inferd.api.llamacpp.protocol import GenerationFields
 from inferd.api.llamacpp.sampling import generation_settings, sampling_params
-from inferd.server.state import ServerState
+from inferd.serving.state import ServerState
 
 
 def default_generation_settings(state: ServerState) -> dict:

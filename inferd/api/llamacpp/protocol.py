@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from inferd.api.llamacpp.valid_text import find_unpaired_surrogate
+from inferd.serving.sampling_defaults import DEFAULT_SAMPLING
 
 # One prompt: text, token ids, or text and ids mixed; or a list of such prompts.
 PromptPart = int | str
@@ -43,10 +44,11 @@ class GenerationFields(LlamaRequest):
     max_tokens: int | None = Field(None, ge=-1, description="read when n_predict is absent")
     stream: bool = False
     cache_prompt: bool = True
-    temperature: float = 0.8  # <= 0 is greedy
-    top_k: int = 40  # <= 0 is off
-    top_p: float = 0.95
-    min_p: float = 0.05
+    cache_salt: str | None = Field(None, min_length=1, max_length=256)
+    temperature: float = DEFAULT_SAMPLING["temperature"]  # <= 0 is greedy
+    top_k: int = DEFAULT_SAMPLING["top_k"]  # <= 0 is off
+    top_p: float = DEFAULT_SAMPLING["top_p"]
+    min_p: float = DEFAULT_SAMPLING["min_p"]
     repeat_penalty: float = 1.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0

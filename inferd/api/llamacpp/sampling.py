@@ -9,7 +9,7 @@ import re
 from inferd.api.llamacpp.protocol import GenerationFields
 from inferd.engine.sampling_params import SamplingParams
 from inferd.models.tokenizer import Tokenizer
-from inferd.server.errors import BadRequest
+from inferd.http.errors import BadRequest
 
 # llama.cpp's "no seed given": the sampler draws a random one.
 RANDOM_SEED = 0xFFFFFFFF

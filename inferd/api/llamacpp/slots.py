@@ -4,8 +4,8 @@ latest step snapshot (reading it never waits for the engine)."""
 from __future__ import annotations
 
 from inferd.engine.outputs import SlotState
-from inferd.server.errors import APIError
-from inferd.server.state import ServerState
+from inferd.http.errors import APIError
+from inferd.serving.state import ServerState
 
 
 class NotSupported(APIError):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from inferd.api.llamacpp.pieces import token_piece
 from inferd.api.llamacpp.protocol import DetokenizeRequest, TokenizeRequest
-from inferd.server.errors import BadRequest
-from inferd.server.state import ServerState
+from inferd.http.errors import BadRequest
+from inferd.serving.state import ServerState
 
 
 def tokenize(state: ServerState, req: TokenizeRequest) -> dict:

@@ -10,10 +10,10 @@ from inferd.api.ollama.models import check_model
 from inferd.api.ollama.protocol import ChatRequest, Message, Think
 from inferd.api.ollama.results import created_at
 from inferd.api.ollama.run import Prompt, generate
-from inferd.api.openai.chat import render_chat_prompt
-from inferd.api.openai.protocol import ChatCompletionRequest
-from inferd.server.errors import BadRequest
-from inferd.server.state import ServerState
+from inferd.serving.chat_prompt import render_chat_prompt
+from inferd.serving.chat_request import ChatCompletionRequest
+from inferd.http.errors import BadRequest
+from inferd.serving.state import ServerState
 
 NO_IMAGES = "this model takes text only; remove the images from the request"
 
@@ -43,7 +43,7 @@ def template_request(messages: list[Message], tools: list | None, think: Think |
 
 
 def chat_prompt(state: ServerState, messages: list[Message], tools: list | None, think: Think | None) -> Prompt:
-    text = render_chat_prompt(state, template_request(messages, tools, think))
+    text = render_chat_prompt(state.template, template_request(messages, tools, think))
     ids = state.require_engine().tokenizer.encode(text)
     return Prompt(ids=ids, text=text, stop=list(state.template.stop), tools=bool(tools))
 

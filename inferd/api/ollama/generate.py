@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from inferd.api.generation import check_token_ids
+from inferd.serving.generation import check_token_ids
 from inferd.api.ollama.chat import NO_IMAGES, chat_prompt
 from inferd.api.ollama.models import check_model
 from inferd.api.ollama.protocol import GenerateRequest, Message
 from inferd.api.ollama.results import created_at
 from inferd.api.ollama.run import Prompt, generate
 from inferd.engine.outputs import RequestOutput
-from inferd.server.errors import BadRequest
-from inferd.server.state import ServerState
+from inferd.http.errors import BadRequest
+from inferd.serving.state import ServerState
 
 
 def _prompt(state: ServerState, req: GenerateRequest) -> Prompt:

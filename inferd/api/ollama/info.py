@@ -6,8 +6,8 @@ from inferd import __version__
 from inferd.api.ollama.model_card import details, modified_at, parameter_count, summary
 from inferd.api.ollama.models import check_model
 from inferd.api.ollama.protocol import ShowRequest
-from inferd.server.errors import BadRequest
-from inferd.server.state import ServerState
+from inferd.http.errors import BadRequest
+from inferd.serving.state import ServerState
 
 # The model stays loaded for the server's life; Ollama shows that as a far-off expiry.
 NEVER_EXPIRES = "9999-12-31T23:59:59Z"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from inferd.server.errors import NotFound
-from inferd.server.state import ServerState
+from inferd.http.errors import NotFound
+from inferd.serving.state import ServerState
 
 DEFAULT_TAG = ":latest"
 

@@ -14,16 +14,15 @@ from dataclasses import dataclass, field
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
-from inferd.api.generation import collect, fan_in, raise_if_failed, request_priority, submit
 from inferd.api.ollama.protocol import GenerationRequest
 from inferd.api.ollama.results import StreamedCalls, created_at, final_fields, whole_calls
 from inferd.api.ollama.sampling import max_tokens, output_grammar, sampling_params
-from inferd.api.openai.chat_output import ChoiceOutput
-from inferd.api.openai.protocol import new_id
 from inferd.chat.reasoning import prompt_opens_thinking
 from inferd.engine.outputs import RequestOutput
-from inferd.server.errors import to_api_error
-from inferd.server.state import ServerState
+from inferd.http.errors import to_api_error
+from inferd.serving.chat_output import ChoiceOutput
+from inferd.serving.generation import Generation, Submission, new_id, request_priority, submit
+from inferd.serving.state import ServerState
 
 NDJSON = "application/x-ndjson"
 
@@ -55,14 +54,14 @@ async def generate(state: ServerState, req: GenerationRequest, prompt: Prompt, r
     markers = state.think_markers
     started = markers is not None and prompt_opens_thinking(prompt.text, markers)
     constraint = state.grammar.constraint(spec) if spec else None
-    streams = submit(engine, new_id("ollama"), [prompt.ids], [params], request_priority(raw), True,
-                     [constraint], started)
+    submission = Submission(new_id("ollama"), request_priority(raw), reasoning_started=started)
+    generation = submit(engine, submission, [prompt.ids], [params], [constraint])
     output = ChoiceOutput(markers, started, parser)
     tail = tail or (lambda final, ids: {})
     head = {"model": req.model}
     if req.stream:
-        return StreamingResponse(_lines(head, streams, output, shape, tail), media_type=NDJSON)
-    [choice] = await collect(streams)
+        return StreamingResponse(_lines(head, generation, output, shape, tail), media_type=NDJSON)
+    [choice] = await generation.collect()
     message = output.parse(choice.text)
     return {**head, "created_at": created_at(),
             **shape(message.content or "", message.reasoning, whole_calls(message.tool_calls)),
@@ -73,7 +72,7 @@ def _line(body: dict) -> str:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
-async def _lines(head: dict, streams, output: ChoiceOutput, shape: Shape, tail: Tail) -> AsyncIterator[str]:
+async def _lines(head: dict, generation: Generation, output: ChoiceOutput, shape: Shape, tail: Tail) -> AsyncIterator[str]:
     calls = StreamedCalls()
     token_ids: list[int] = []
 
@@ -81,26 +80,23 @@ async def _lines(head: dict, streams, output: ChoiceOutput, shape: Shape, tail: 
         return _line({**head, "created_at": created_at(), **shape(content, thinking, tool_calls), "done": False})
 
     try:
-        async for _, out in fan_in(streams):
-            raise_if_failed(out)
-            token_ids += out.token_ids
-            delta = output.feed(out.text) if out.text else None
-            if delta:
-                calls.add(delta.tool_calls)
-                if delta.content or delta.reasoning:
-                    yield partial(delta.content, delta.reasoning or None, [])
-            if out.finished:
-                end = output.finish()
-                calls.add(end.tool_calls)
-                whole = calls.take()
-                if end.content or end.reasoning or whole:
-                    yield partial(end.content, end.reasoning or None, whole)
-                yield _line({**head, "created_at": created_at(), **shape("", None, []), **final_fields(out),
-                             **tail(out, token_ids)})
+        async with generation:
+            async for _, out in generation:
+                token_ids += out.token_ids
+                delta = output.feed(out.text) if out.text else None
+                if delta:
+                    calls.add(delta.tool_calls)
+                    if delta.content or delta.reasoning:
+                        yield partial(delta.content, delta.reasoning or None, [])
+                if out.finished:
+                    end = output.finish()
+                    calls.add(end.tool_calls)
+                    whole = calls.take()
+                    if end.content or end.reasoning or whole:
+                        yield partial(end.content, end.reasoning or None, whole)
+                    yield _line({**head, "created_at": created_at(), **shape("", None, []), **final_fields(out),
+                                 **tail(out, token_ids)})
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # the status line is already sent: report in-band, as Ollama does
         yield _line({"error": to_api_error(exc).message})
-    finally:
-        for s in streams:
-            s.close()

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from inferd.api.ollama.protocol import Format, Options
-from inferd.api.openai.protocol import DEFAULT_SAMPLING
 from inferd.chat.grammar import GrammarSpec
 from inferd.chat.json_schema_strict import closed_objects
 from inferd.engine.sampling_params import SamplingParams
-from inferd.server.errors import BadRequest
+from inferd.http.errors import BadRequest
+from inferd.serving.sampling import fill_defaults
 
 # Ollama's option name -> SamplingParams field, where they differ only in name.
 _RENAMED = {
@@ -42,13 +42,7 @@ def max_tokens(options: Options, default: int | None, prompt_len: int, server_ct
 def sampling_params(options: Options, limit: int | None, stop: list[str]) -> SamplingParams:
     p = SamplingParams(max_tokens=limit, seed=options.seed, stop=list(options.stop or []))
     p.stop += [s for s in stop if s not in p.stop]
-    for option, name in _RENAMED.items():
-        value = getattr(options, option)
-        if value is None:
-            value = DEFAULT_SAMPLING.get(name)
-        if value is not None:
-            setattr(p, name, value)
-    return p
+    return fill_defaults(p, **{name: getattr(options, option) for option, name in _RENAMED.items()})
 
 
 def output_grammar(fmt: Format) -> GrammarSpec | None:

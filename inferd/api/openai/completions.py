@@ -8,14 +8,13 @@ from collections.abc import AsyncIterator
 
 from fastapi import Request
 
-from inferd.api.generation import check_token_ids, collect, fan_in, raise_if_failed, request_priority, submit
 from inferd.api.openai.logprobs import completion_logprobs
-from inferd.api.openai.protocol import (
-    CompletionChoice, CompletionRequest, CompletionResponse, PromptTokensDetails, UsageInfo, new_id,
-)
-from inferd.server.errors import BadRequest
-from inferd.server.state import ServerState
-from inferd.server.streaming import DONE, sse, sse_response
+from inferd.api.openai.protocol import CompletionChoice, CompletionRequest, CompletionResponse, PromptTokensDetails, UsageInfo
+from inferd.http.errors import BadRequest
+from inferd.http.sse import DONE, sse, sse_response
+from inferd.serving.generation import Generation, Submission, check_token_ids, new_id, request_priority, submit
+from inferd.serving.sampling import LEGACY_COMPLETIONS_MAX_TOKENS, default_max_tokens, sampling_params
+from inferd.serving.state import ServerState
 
 log = logging.getLogger(__name__)
 
@@ -33,18 +32,19 @@ async def create_completion(state: ServerState, req: CompletionRequest, raw: Req
     prompts = req.prompts()
     prompt_ids = [tokenizer.encode(p) if isinstance(p, str) else check_token_ids(engine, p) for p in prompts]
     prompt_texts = [p if isinstance(p, str) else tokenizer.decode(p, skip_special_tokens=False) for p in prompts]
-    max_tokens = req.max_tokens or state.config.default_max_tokens or 16
+    max_tokens = default_max_tokens(req.max_tokens, state.config.default_max_tokens, LEGACY_COMPLETIONS_MAX_TOKENS)
     ids, params = [], []
     for ids_one in prompt_ids:
         for j in range(req.n):
             ids.append(ids_one)
-            params.append(req.sampling_params(max_tokens, req.logprobs, seed_offset=j))
+            params.append(sampling_params(req, max_tokens, req.logprobs, seed_offset=j))
     request_id = new_id("cmpl")
-    streams = submit(engine, request_id, ids, params, request_priority(raw), req.cache_prompt)
+    submission = Submission(request_id, request_priority(raw), req.cache_prompt, req.cache_salt)
+    generation = submit(engine, submission, ids, params)
     echo = [prompt_texts[k // req.n] if req.echo else "" for k in range(len(ids))]
     if req.stream:
-        return sse_response(_stream(state, req, request_id, streams, echo))
-    choices = await collect(streams)
+        return sse_response(_stream(state, req, request_id, generation, echo))
+    choices = await generation.collect()
     finals = [c.final for c in choices]
     return CompletionResponse(
         id=request_id,
@@ -72,12 +72,13 @@ def _usage(finals, n: int) -> UsageInfo:
                      prompt_tokens_details=PromptTokensDetails(cached_tokens=cached))
 
 
-async def _stream(state: ServerState, req: CompletionRequest, request_id: str, streams, echo) -> AsyncIterator[str]:
+async def _stream(state: ServerState, req: CompletionRequest, request_id: str, generation: Generation,
+                  echo: list[str]) -> AsyncIterator[str]:
     tokenizer = state.engine.tokenizer
     created = int(time.time())
     model = req.model or state.model_name
     offsets = [len(e) for e in echo]
-    finals = [None] * len(streams)
+    finals = [None] * len(generation)
 
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
@@ -94,9 +95,8 @@ async def _stream(state: ServerState, req: CompletionRequest, request_id: str, s
     for i, text in enumerate(echo):
         if text:
             yield chunk([CompletionChoice(index=i, text=text)])
-    try:
-        async for i, out in fan_in(streams):
-            raise_if_failed(out)
+    async with generation:
+        async for i, out in generation:
             logprobs = None
             if req.logprobs is not None and out.logprobs:
                 logprobs = completion_logprobs(tokenizer, out.logprobs, offsets[i])
@@ -106,9 +106,6 @@ async def _stream(state: ServerState, req: CompletionRequest, request_id: str, s
             if out.text or logprobs or out.finished:
                 yield chunk([CompletionChoice(index=i, text=out.text, logprobs=logprobs,
                                               finish_reason=out.finish_reason if out.finished else None)])
-    finally:
-        for s in streams:
-            s.close()
     if include_usage:
         yield chunk([], usage=_usage(finals, req.n))
     yield DONE

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from inferd.api.openai.protocol import ChoiceLogprobs, CompletionLogprobs, TokenLogprob, TopLogprob
-from inferd.engine.sampler import TokenLogprobs
+from inferd.engine.outputs import TokenLogprobs
 from inferd.models.tokenizer import Tokenizer
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferd.api.openai.protocol import ChatCompletionRequest
+from inferd.serving.chat_request import ChatCompletionRequest
 from inferd.api.responses.protocol import (
     FunctionCallItem, FunctionCallOutputItem, InputMedia, InputTokensDetails, MessageItem, OutputTokensDetails,
     ReasoningItem, ResponsesRequest, ResponseUsage, new_item_id,
 )
 from inferd.engine.outputs import RequestOutput
-from inferd.server.errors import BadRequest
+from inferd.http.errors import BadRequest
 
 
 def input_messages(req: ResponsesRequest) -> list[dict]:
@@ -140,7 +140,7 @@ def function_call_item(call_id: str, name: str, arguments: str, status: str = "c
 
 
 def output_items(message, incomplete: bool) -> list[dict]:
-    """A parsed choice (inferd.api.openai.chat_output.ChoiceMessage) as output items."""
+    """A parsed choice (inferd.serving.chat_output.ChoiceMessage) as output items."""
     items = []
     if message.reasoning:
         items.append(reasoning_item(message.reasoning))

@@ -8,14 +8,13 @@ import time
 
 from fastapi import Request
 
-from inferd.api.generation import collect
-from inferd.api.openai.chat import render_chat_prompt, submit_chat
-from inferd.api.openai.chat_constraints import tool_choice_mode
 from inferd.api.responses import stored
 from inferd.api.responses.convert import input_messages, is_incomplete, output_items, to_chat_request, usage
 from inferd.api.responses.protocol import InputTokensResponse, ResponseObject, ResponsesRequest
 from inferd.api.responses.stream import response_events
-from inferd.server.state import ServerState
+from inferd.serving.chat import submit_chat
+from inferd.serving.chat_prompt import submitted_prompt_ids
+from inferd.serving.state import ServerState
 
 
 def response_object(req: ResponsesRequest, id: str, created_at: int, model: str, status: str,
@@ -56,7 +55,7 @@ async def create_response(state: ServerState, req: ResponsesRequest, raw: Reques
 
     if req.stream:
         return response_events(chat, build, finish)
-    (choice,) = await collect(chat.streams)
+    (choice,) = await chat.generation.collect()
     output = chat.outputs[0]
     message = output.parse(choice.text)
     incomplete = is_incomplete(choice.final, output.called_tools)
@@ -70,8 +69,6 @@ async def count_input_tokens(state: ServerState, req: ResponsesRequest) -> Input
     engine = state.require_engine()
     state.check_model(req.model)
     conversation = await stored.chain_messages(state, req.previous_response_id) + input_messages(req)
-    chat_req = to_chat_request(req, conversation)
-    # The same prompt that POST /v1/responses would submit, tools included unless switched off.
-    tools = chat_req.tools if tool_choice_mode(chat_req) != "none" else []
-    prompt = render_chat_prompt(state, chat_req, tools=tools)
-    return InputTokensResponse(input_tokens=len(engine.tokenizer.encode(prompt)))
+    # The same prompt that POST /v1/responses would submit.
+    ids = submitted_prompt_ids(state.template, engine.tokenizer, to_chat_request(req, conversation))
+    return InputTokensResponse(input_tokens=len(ids))

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from inferd.api.openai.protocol import OpenAIModel
+from inferd.http.wire import WireModel
 
 
 def new_item_id(prefix: str) -> str:
@@ -17,27 +17,27 @@ def new_item_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
-class InputText(OpenAIModel):
+class InputText(WireModel):
     # Earlier assistant turns come back as output_text parts.
     type: Literal["input_text", "output_text", "text", "refusal"]
     text: str = ""
     refusal: str | None = None
 
 
-class InputMedia(OpenAIModel):
+class InputMedia(WireModel):
     type: Literal["input_image", "input_file", "input_audio"]
 
 
 InputPart = InputText | InputMedia
 
 
-class MessageItem(OpenAIModel):
+class MessageItem(WireModel):
     type: Literal["message"] | None = None
     role: Literal["user", "assistant", "system", "developer"]
     content: str | list[InputPart]
 
 
-class FunctionCallItem(OpenAIModel):
+class FunctionCallItem(WireModel):
     type: Literal["function_call"]
     call_id: str
     name: str
@@ -45,13 +45,13 @@ class FunctionCallItem(OpenAIModel):
     id: str | None = None
 
 
-class FunctionCallOutputItem(OpenAIModel):
+class FunctionCallOutputItem(WireModel):
     type: Literal["function_call_output"]
     call_id: str
     output: str | list[InputPart]
 
 
-class ReasoningItem(OpenAIModel):
+class ReasoningItem(WireModel):
     type: Literal["reasoning"]
     summary: list[dict[str, Any]] = Field(default_factory=list)
     content: list[dict[str, Any]] | None = None
@@ -60,7 +60,7 @@ class ReasoningItem(OpenAIModel):
 InputItem = FunctionCallItem | FunctionCallOutputItem | ReasoningItem | MessageItem
 
 
-class FunctionTool(OpenAIModel):
+class FunctionTool(WireModel):
     type: str  # only "function" is served; others are refused by name
     name: str | None = None
     description: str | None = None
@@ -68,7 +68,7 @@ class FunctionTool(OpenAIModel):
     strict: bool | None = None
 
 
-class TextFormat(OpenAIModel):
+class TextFormat(WireModel):
     type: Literal["text", "json_object", "json_schema"]
     name: str | None = None
     schema_: dict[str, Any] | None = Field(None, alias="schema")
@@ -76,16 +76,16 @@ class TextFormat(OpenAIModel):
     strict: bool | None = None
 
 
-class TextConfig(OpenAIModel):
+class TextConfig(WireModel):
     format: TextFormat | None = None
 
 
-class ReasoningConfig(OpenAIModel):
+class ReasoningConfig(WireModel):
     effort: str | None = None
     summary: str | None = None
 
 
-class ResponsesRequest(OpenAIModel):
+class ResponsesRequest(WireModel):
     model: str | None = None
     input: str | list[InputItem] | None = None
     instructions: str | None = None

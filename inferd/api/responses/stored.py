@@ -7,8 +7,8 @@ import asyncio
 
 from inferd.api.responses.convert import output_messages
 from inferd.api.responses.protocol import DeletedResponse
-from inferd.server.errors import NotFound
-from inferd.server.state import ServerState
+from inferd.http.errors import NotFound
+from inferd.serving.state import ServerState
 from inferd.store.responses import StoredResponse
 
 

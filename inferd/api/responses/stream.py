@@ -13,28 +13,17 @@ sequence_number counting from 0.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from fastapi.responses import StreamingResponse
 
-from inferd.api.generation import fan_in, raise_if_failed
-from inferd.api.openai.chat import SubmittedChat
 from inferd.api.responses.convert import (
     function_call_item, is_incomplete, message_item, output_text_part, reasoning_item, usage,
 )
+from inferd.api.responses.events import Sequencer
 from inferd.api.responses.protocol import ResponseObject, new_item_id
-from inferd.server.streaming import sse_response
-
-
-class Sequencer:
-    def __init__(self):
-        self.next = 0
-
-    def event(self, type_: str, **fields) -> str:
-        payload = {"type": type_, **fields, "sequence_number": self.next}
-        self.next += 1
-        return f"event: {type_}\ndata: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+from inferd.http.sse import sse_response
+from inferd.serving.chat import SubmittedChat
 
 
 class ItemWriter:
@@ -138,9 +127,8 @@ async def _events(chat: SubmittedChat, build: Build, finish: Callable[[ResponseO
     yield seq.event("response.in_progress", response=started)
     items = ItemWriter(seq)
     final = None
-    try:
-        async for _, out in fan_in(chat.streams):
-            raise_if_failed(out)
+    async with chat.generation as generation:
+        async for _, out in generation:
             if out.text:
                 for e in items.feed(output.feed(out.text)):
                     yield e
@@ -148,9 +136,6 @@ async def _events(chat: SubmittedChat, build: Build, finish: Callable[[ResponseO
                 final = out
                 for e in items.feed(output.finish()):
                     yield e
-    finally:
-        for s in chat.streams:
-            s.close()
     incomplete = is_incomplete(final, output.called_tools)
     if not items.items and items.open_item is None:
         for e in items.content(""):  # an empty answer is still one (empty) message
@@ -165,7 +150,4 @@ async def _events(chat: SubmittedChat, build: Build, finish: Callable[[ResponseO
 def response_events(chat: SubmittedChat, build: Build,
                     finish: Callable[[ResponseObject], Awaitable[None]]) -> StreamingResponse:
     seq = Sequencer()
-    return sse_response(
-        _events(chat, build, finish, seq),
-        lambda err: seq.event("error", code=err.code or err.type, message=err.message, param=err.param),
-    )
+    return sse_response(_events(chat, build, finish, seq), seq.error)

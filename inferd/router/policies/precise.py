@@ -1,7 +1,8 @@
 """precise: route by the KV blocks each inferd worker says it holds.
 
 The prompt's tokens are cut into the worker's blocks and hashed as the
-worker hashes them (`engine.kv_cache.prefix_block_hashes`); the worker's
+worker hashes them (`inferd.prefix_hash`, salted with the body's
+`cache_salt` when it is a string); the worker's
 `KvIndex` entry, fed by its `/v1/kv-events` stream, says how many leading
 blocks it already holds. For each candidate:
 
@@ -28,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from inferd.engine.kv_cache import prefix_block_hashes
+from inferd.prefix_hash import prefix_block_hashes, root_hash
 from inferd.router.kv_index import KvIndex
 from inferd.router.policies.base import Decision, Policy, RoutingRequest
 from inferd.router.policies.kv_aware import KvAwarePolicy
@@ -57,11 +58,15 @@ class PrecisePolicy:
         entries = [self.index.get(w.id) for w in candidates]
         if request.token_ids is None or any(e is None for e in entries):
             return self.fallback.choose(request, candidates)
-        chains: dict[int, list[int]] = {}  # block size -> the prompt's hash chain
+        salt = request.body.get("cache_salt")
+        root = root_hash(salt if isinstance(salt, str) else None)
+        try:  # the prompt's hash chain for each block size
+            chains = {size: prefix_block_hashes(request.token_ids, size, parent=root)
+                      for size in {e.block_size for e in entries}}
+        except ValueError:  # token ids no worker accepts: it will answer with the error
+            return self.fallback.choose(request, candidates)
         best = None
         for worker, entry in zip(candidates, entries):
-            if entry.block_size not in chains:
-                chains[entry.block_size] = prefix_block_hashes(request.token_ids, entry.block_size)
             chain = chains[entry.block_size]
             overlap = self.index.overlap(worker.id, chain)
             cost = self.kv_overlap_weight * (len(chain) - overlap) + entry.active_blocks

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 
 from inferd.engine.engine import Engine
-from inferd.server.state import ServerState, get_state
+from inferd.serving.state import ServerState, get_state
 
 router = APIRouter()
 

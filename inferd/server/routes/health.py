@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from inferd.server.state import ServerState, get_state
+from inferd.serving.state import ServerState, get_state
 
 router = APIRouter()
 

@@ -5,7 +5,7 @@ NDJSON, one object per line:
   {"type":"snapshot","block_size":16,"hashes":[...],"active_blocks":N}   first, once
   {"type":"update","stored":[...],"removed":[...],"active_blocks":N}    per engine step that changed
   {"type":"ping","active_blocks":N}                                     after PING_SECONDS of silence
-Hashes are the engine's signed 64-bit block hashes. The stream ends when
+Hashes are `inferd.prefix_hash` block hashes (32 hex digits). The stream ends when
 the client leaves, when it falls too far behind, or when the server drains;
 a reader then reconnects and starts over from a fresh snapshot.
 """
@@ -20,8 +20,8 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import StreamingResponse
 
 from inferd.engine.kv_events import KvSubscription
-from inferd.server.errors import ServiceUnavailable
-from inferd.server.state import ServerState, get_state
+from inferd.http.errors import ServiceUnavailable
+from inferd.serving.state import ServerState, get_state
 
 router = APIRouter()
 

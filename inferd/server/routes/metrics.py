@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from inferd.server.errors import NotFound
-from inferd.server.state import ServerState, get_state
+from inferd.http.errors import NotFound
+from inferd.serving.state import ServerState, get_state
 
 router = APIRouter()
 

@@ -1,0 +1,54 @@
+"""llama-server's native routes: HTTP concerns only; the work is in the modules beside this."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+
+from inferd.api.llamacpp.apply_template import apply_template
+from inferd.api.llamacpp.completion import create_completion
+from inferd.api.llamacpp.infill import create_infill
+from inferd.api.llamacpp.props import props
+from inferd.api.llamacpp.protocol import CompletionRequest, DetokenizeRequest, InfillRequest, TokenizeRequest
+from inferd.api.llamacpp.slots import slots
+from inferd.api.llamacpp.tokenize import detokenize, tokenize
+from inferd.serving.chat_request import ChatCompletionRequest
+from inferd.serving.state import ServerState, get_state
+
+router = APIRouter(tags=["llama.cpp"])
+
+_STREAM = {200: {"content": {"text/event-stream": {}}, "description": "JSON, or server-sent events when stream is true"}}
+
+
+@router.post("/completion", responses=_STREAM)
+async def completion(body: CompletionRequest, raw: Request, state: ServerState = Depends(get_state)):
+    return await create_completion(state, body, raw)
+
+
+@router.post("/infill", responses=_STREAM)
+async def infill(body: InfillRequest, raw: Request, state: ServerState = Depends(get_state)):
+    return await create_infill(state, body, raw)
+
+
+@router.post("/tokenize")
+async def tokenize_route(body: TokenizeRequest, state: ServerState = Depends(get_state)):
+    return tokenize(state, body)
+
+
+@router.post("/detokenize")
+async def detokenize_route(body: DetokenizeRequest, state: ServerState = Depends(get_state)):
+    return detokenize(state, body)
+
+
+@router.post("/apply-template")
+async def apply_template_route(body: ChatCompletionRequest, state: ServerState = Depends(get_state)):
+    return apply_template(state, body)
+
+
+@router.get("/slots")
+async def slots_route(state: ServerState = Depends(get_state)):
+    return slots(state)
+
+
+@router.get("/props")
+async def props_route(state: ServerState = Depends(get_state)):
+    return props(state)

@@ -1,0 +1,41 @@
+"""The OpenAI dialect: chat completions, completions, models (and the
+embeddings path, forwarded to workers that serve it)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from inferd.api.prompt_text import chat_messages_text, first_prompt_text, prompt_text
+from inferd.http.dialect import Dialect, Endpoint, PromptRenderer
+from inferd.serving.chat_request import ChatCompletionRequest
+
+
+def both(path: str) -> tuple[str, str]:
+    """OpenAI clients call with or without the /v1 prefix."""
+    return (f"/v1{path}", path)
+
+
+def chat_prompt_ids(renderer: PromptRenderer, body: Mapping) -> list[int]:
+    return renderer.chat(ChatCompletionRequest.model_validate(body))
+
+
+def completion_prompt_ids(renderer: PromptRenderer, body: Mapping) -> list[int] | None:
+    text = first_prompt_text(body)
+    return renderer.encode(text) if text is not None else None
+
+
+def completion_text(body: Mapping) -> str:
+    return prompt_text(body.get("prompt"))
+
+
+DIALECT = Dialect(
+    name="openai",
+    routes="inferd.api.openai.routes",
+    path_prefixes=(*both("/chat/completions"), *both("/completions"), *both("/models"), *both("/embeddings")),
+    endpoints=(
+        *(Endpoint(p, routing_text=chat_messages_text, prompt_ids=chat_prompt_ids) for p in both("/chat/completions")),
+        *(Endpoint(p, routing_text=completion_text, prompt_ids=completion_prompt_ids, token_prompt=True)
+          for p in both("/completions")),
+        *(Endpoint(p) for p in both("/embeddings")),
+    ),
+)

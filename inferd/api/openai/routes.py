@@ -1,0 +1,37 @@
+"""OpenAI routes: HTTP concerns only; the work is in the modules beside this."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+
+from inferd.api.openai.chat import create_chat_completion
+from inferd.api.openai.completions import create_completion
+from inferd.api.openai.protocol import ChatCompletionResponse, CompletionRequest, CompletionResponse, ModelCard, ModelList
+from inferd.serving.chat_request import ChatCompletionRequest
+from inferd.serving.state import ServerState, get_state
+
+router = APIRouter()
+
+_STREAM = {200: {"content": {"text/event-stream": {}}, "description": "JSON, or server-sent events when stream is true"}}
+
+
+@router.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=_STREAM)
+@router.post("/chat/completions", response_model=ChatCompletionResponse, include_in_schema=False)
+async def chat_completions(body: ChatCompletionRequest, raw: Request, state: ServerState = Depends(get_state)):
+    return await create_chat_completion(state, body, raw)
+
+
+@router.post("/v1/completions", response_model=CompletionResponse, responses=_STREAM)
+@router.post("/completions", response_model=CompletionResponse, include_in_schema=False)
+async def completions(body: CompletionRequest, raw: Request, state: ServerState = Depends(get_state)):
+    return await create_completion(state, body, raw)
+
+
+@router.get("/v1/models", response_model=ModelList)
+@router.get("/models", response_model=ModelList, include_in_schema=False)
+async def models(state: ServerState = Depends(get_state)):
+    engine = state.require_engine()
+    created = int(state.started)
+    return ModelList(data=[
+        ModelCard(id=name, created=created, max_model_len=engine.engine.max_model_len) for name in state.served_names
+    ])

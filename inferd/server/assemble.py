@@ -1,0 +1,30 @@
+"""Putting a server together, the one way `inferd serve` and the tests do it:
+the state first (the socket can open while weights load), then the model."""
+
+from __future__ import annotations
+
+from inferd.chat.reasoning import think_token_ids
+from inferd.chat.template import chat_template_for
+from inferd.config import ServeConfig
+from inferd.engine.async_engine import AsyncEngine
+from inferd.engine.engine import Engine
+from inferd.models.loader import LoadedModel
+from inferd.serving.chat_features import attach_chat_features
+from inferd.serving.metrics import server_metrics
+from inferd.serving.state import ServerState
+
+
+def new_state(config: ServeConfig, model_name: str, api_keys: frozenset[str] = frozenset()) -> ServerState:
+    """A server with no model yet: health answers "loading" until `attach_model`."""
+    state = ServerState(config=config, model_name=model_name, api_keys=api_keys)
+    if config.metrics:
+        state.metrics = server_metrics(state)
+    return state
+
+
+def attach_model(state: ServerState, loaded: LoadedModel) -> None:
+    """Serve `loaded`: its chat template and chat features, then its engine (last: it marks the server ready)."""
+    state.template = chat_template_for(loaded.tokenizer, state.config.chat_template)
+    attach_chat_features(state, loaded)
+    state.loaded = loaded
+    state.engine = AsyncEngine(Engine(loaded, state.config, think_ids=think_token_ids(loaded.tokenizer)))

@@ -1,0 +1,75 @@
+"""A chat request's prompt: the text its messages render to through the
+model's chat template, and its token ids. The worker, `count_tokens` and the
+router's precise mode all count through here, so they agree.
+
+Needs only a template and a tokenizer, never the engine: the router renders
+prompts without loading weights.
+"""
+
+from __future__ import annotations
+
+import json
+
+from inferd.chat.jinja_environment import TemplateError
+from inferd.chat.template import ChatTemplate
+from inferd.http.errors import BadRequest
+from inferd.serving.chat_request import ChatCompletionRequest
+
+
+def tool_choice_mode(req: ChatCompletionRequest) -> str:
+    """"none", "auto", "required" or "named"; auto when tools are given without a choice."""
+    choice = req.tool_choice
+    if not req.tools:
+        if choice not in (None, "none", "auto"):
+            raise BadRequest("tool_choice needs tools; send the tools the model may call", param="tool_choice")
+        return "none"
+    if choice is None or choice == "auto":
+        return "auto"
+    if choice in ("none", "required"):
+        return choice
+    if isinstance(choice, dict) and choice.get("type") == "function" and (choice.get("function") or {}).get("name"):
+        name = choice["function"]["name"]
+        if name not in {(t.get("function") or {}).get("name") for t in req.tools}:
+            raise BadRequest(f"tool_choice names {name!r}, which is not among the tools", param="tool_choice")
+        return "named"
+    raise BadRequest('tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}',
+                     param="tool_choice")
+
+
+def _template_message(message: dict) -> dict:
+    if message["role"] == "developer":  # OpenAI's newer name for system instructions
+        message["role"] = "system"
+    for call in message.get("tool_calls") or []:
+        # Templates index into arguments; OpenAI sends them as a JSON string.
+        try:
+            call["function"]["arguments"] = json.loads(call["function"]["arguments"] or "{}")
+        except (ValueError, TypeError):
+            pass
+    return message
+
+
+def render_chat_prompt(template: ChatTemplate, req: ChatCompletionRequest, tools: list | None = None) -> str:
+    """The exact prompt text a chat request becomes (also served by /apply-template).
+    `tools`: the tools to render; by default the request's own."""
+    messages = []
+    for m in req.messages:
+        if isinstance(m.content, list) and any(p.type != "text" for p in m.content):
+            raise BadRequest("this model takes text only; remove the image parts from messages", param="messages")
+        messages.append(_template_message(m.model_dump(exclude_none=True)))
+    try:
+        return template.render(
+            messages, tools=tools if tools is not None else req.tools,
+            add_generation_prompt=req.add_generation_prompt and not req.continue_final_message,
+            **req.template_kwargs(),
+        )
+    except TemplateError as e:
+        raise BadRequest(f"the chat template refused these messages: {e}", param="messages") from None
+
+
+def submitted_prompt(template: ChatTemplate, req: ChatCompletionRequest) -> str:
+    """The prompt a chat request is generated from: its tools are part of it unless tool_choice is none."""
+    return render_chat_prompt(template, req, tools=req.tools if tool_choice_mode(req) != "none" else [])
+
+
+def submitted_prompt_ids(template: ChatTemplate, tokenizer, req: ChatCompletionRequest) -> list[int]:
+    return tokenizer.encode(submitted_prompt(template, req))

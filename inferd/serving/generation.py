@@ -1,0 +1,176 @@
+"""What every dialect shares once it has token ids: one engine request per
+choice, submitted together, read as one `Generation`.
+
+A `Generation` owns its engine requests. Used as `async with` it closes every
+one of them however the block ends, so a client that goes away, or an error
+mid-stream, never leaves the engine generating for nobody.
+
+This is the one place the dialects meet the engine, so engine exceptions
+become HTTP errors here (a full queue is a 503 with Retry-After).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from fastapi import Request
+
+from inferd.engine.async_engine import AsyncEngine, RequestStream
+from inferd.engine.engine_request import EngineRequest, Priority
+from inferd.engine.errors import EngineDeadError, QueueFullError
+from inferd.engine.outputs import RequestOutput, TokenLogprobs
+from inferd.engine.sampling_params import SamplingParams
+from inferd.http.errors import APIError, BadRequest, ServiceUnavailable
+from inferd.serving.metrics import observe_output
+
+PRIORITIES = {"high": Priority.HIGH, "normal": Priority.NORMAL, "low": Priority.LOW}
+
+
+ENGINE_UNAVAILABLE = (QueueFullError, EngineDeadError)
+
+
+def engine_unavailable(exc: QueueFullError | EngineDeadError) -> ServiceUnavailable:
+    """The HTTP meaning of an engine that cannot take work now."""
+    if isinstance(exc, QueueFullError):
+        return ServiceUnavailable(str(exc), code="queue_full", headers={"Retry-After": "1"})
+    return ServiceUnavailable(str(exc), code="shutting_down")
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def request_priority(raw: Request) -> Priority:
+    value = raw.headers.get("x-priority", "normal").strip().lower()
+    if value not in PRIORITIES:
+        raise BadRequest(f"X-Priority must be high, normal or low, got {value!r}", param="X-Priority")
+    return PRIORITIES[value]
+
+
+def check_token_ids(engine: AsyncEngine, ids: Sequence[int], param: str = "prompt") -> list[int]:
+    vocab = engine.engine.loaded.config.vocab_size
+    bad = next((t for t in ids if not 0 <= t < vocab), None)
+    if bad is not None:
+        raise BadRequest(f"token id {bad} is outside the vocabulary [0, {vocab})", param=param)
+    return list(ids)
+
+
+@dataclass
+class Choice:
+    """One choice's whole output, accumulated from its deltas."""
+
+    index: int
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprobs] = field(default_factory=list)
+    final: RequestOutput | None = None
+
+    def add(self, out: RequestOutput) -> None:
+        self.text += out.text
+        self.token_ids += out.token_ids
+        self.logprobs += out.logprobs or []
+        if out.finished:
+            self.final = out
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What one API request asks of the engine, shared by its choices."""
+
+    request_id: str
+    priority: Priority = Priority.NORMAL
+    cache_prompt: bool = True
+    cache_salt: str | None = None
+    reasoning_started: bool = False
+
+
+def submit(engine: AsyncEngine, submission: Submission, prompts: Sequence[list[int]],
+           params: Sequence[SamplingParams], constraints: Sequence | None = None) -> Generation:
+    """One engine request per (prompt, params) pair, all or none.
+    `constraints`: one grammar constraint (or None) per request."""
+    constraints = constraints or [None] * len(prompts)
+    streams: list[RequestStream] = []
+    try:
+        for i, (ids, p, c) in enumerate(zip(prompts, params, constraints)):
+            streams.append(engine.add_request(EngineRequest(
+                request_id=f"{submission.request_id}-{i}", prompt_token_ids=ids, params=p,
+                priority=submission.priority, cache_prompt=submission.cache_prompt, constraint=c,
+                reasoning_started=submission.reasoning_started, cache_salt=submission.cache_salt,
+            )))
+    except BaseException as exc:
+        for s in streams:
+            s.close()
+        if isinstance(exc, ENGINE_UNAVAILABLE):
+            raise engine_unavailable(exc) from None
+        raise
+    return Generation(streams)
+
+
+class Generation:
+    """The engine requests of one API request, one per choice."""
+
+    def __init__(self, streams: list[RequestStream]):
+        self.streams = streams
+
+    def __len__(self) -> int:
+        return len(self.streams)
+
+    async def __aenter__(self) -> Generation:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Abort whatever has not finished; safe to call again."""
+        for s in self.streams:
+            s.close()
+
+    async def __aiter__(self) -> AsyncIterator[tuple[int, RequestOutput]]:
+        """Deltas as they arrive, tagged by choice index; a failed request raises."""
+        async for i, out in _fan_in(self.streams):
+            observe_output(out)
+            raise_if_failed(out)
+            yield i, out
+
+    async def collect(self) -> list[Choice]:
+        """Every choice's whole output, once all have finished."""
+        choices = [Choice(i) for i in range(len(self.streams))]
+        async with self:
+            async for i, out in self:
+                choices[i].add(out)
+        return choices
+
+
+def raise_if_failed(out: RequestOutput | None) -> None:
+    if out is not None and out.finish_reason == "error":
+        if out.error_is_client:
+            raise BadRequest(out.error)
+        raise APIError(out.error or "generation failed")
+
+
+async def _fan_in(streams: list[RequestStream]) -> AsyncIterator[tuple[int, RequestOutput]]:
+    if len(streams) == 1:
+        async for out in streams[0]:
+            yield 0, out
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(i: int, stream: RequestStream) -> None:
+        async for out in stream:
+            await queue.put((i, out))
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    remaining = len(streams)
+    try:
+        while remaining:
+            i, out = await queue.get()
+            if out.finished:
+                remaining -= 1
+            yield i, out
+    finally:
+        for t in tasks:
+            t.cancel()

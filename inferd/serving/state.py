@@ -1,0 +1,58 @@
+"""What every route may need, held on `app.state.inferd`."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from fastapi import Request
+
+from inferd.chat.template import ChatTemplate
+from inferd.config import ServeConfig
+from inferd.engine.async_engine import AsyncEngine
+from inferd.models.loader import LoadedModel
+from inferd.http.errors import NotFound, ServiceUnavailable
+
+
+@dataclass
+class ServerState:
+    config: ServeConfig
+    model_name: str = ""
+    engine: AsyncEngine | None = None  # None while the model loads
+    loaded: LoadedModel | None = None
+    template: ChatTemplate | None = None
+    grammar: object | None = None  # chat.grammar.GrammarCompiler
+    tool_parser: type | None = None  # chat.tool_parsers.ToolParser subclass for this model
+    think_markers: object | None = None  # chat.reasoning.ThinkMarkers when the model reasons
+    metrics: object | None = None  # server.metrics.ServerMetrics when --metrics
+    responses_store: object | None = None  # store.responses.ResponseStore; None keeps no responses
+    api_keys: frozenset[str] = frozenset()
+    started: float = field(default_factory=time.time)
+    draining: bool = False
+    load_failed: bool = False
+
+    @property
+    def ready(self) -> bool:
+        return self.engine is not None
+
+    def require_engine(self) -> AsyncEngine:
+        if self.engine is None:
+            raise ServiceUnavailable("the model is still loading; retry shortly", code="loading",
+                                     headers={"Retry-After": "2"})
+        return self.engine
+
+    @property
+    def served_names(self) -> list[str]:
+        return [self.model_name, *self.config.alias]
+
+    def check_model(self, requested: str | None) -> None:
+        """Accept the served id, an alias, or no name at all."""
+        if requested and requested not in self.served_names:
+            raise NotFound(
+                f"model {requested!r} is not served here; this server serves {', '.join(map(repr, self.served_names))}",
+                param="model", code="model_not_found",
+            )
+
+
+def get_state(request: Request) -> ServerState:
+    return request.app.state.inferd
