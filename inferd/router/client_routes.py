@@ -65,7 +65,7 @@ async def forward(request: Request, endpoint: Endpoint):
     fwd = Forward(
         method=request.method, path=path, target=target,
         headers=request_headers(list(request.scope["headers"]), state.config.worker_api_key, bool(state.api_keys)),
-        body=raw, routing=routing_request(endpoint, path, body, headers, state.tokenize), model=requested_model(body),
+        body=raw, routing=routing_request(path, body, headers, state.tokenize), model=requested_model(body),
         streaming=wants_stream(endpoint, body), pinned=pinned, observe=observe,
     )
     return state.proxy.response(fwd)

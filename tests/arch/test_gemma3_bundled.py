@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-transformers = pytest.importorskip("transformers")
-
-from inferd.arch import build_model  # noqa: E402
-from inferd.config import EngineConfig  # noqa: E402
-from inferd.engine.engine import Engine  # noqa: E402
-from inferd.engine.engine_request import EngineRequest  # noqa: E402
-from inferd.engine.sampling_params import SamplingParams  # noqa: E402
-from inferd.models.config import ModelConfig  # noqa: E402
-from inferd.models.default import default_model_path  # noqa: E402
-from inferd.models.gguf import iter_gguf_tensors, read_gguf_config  # noqa: E402
-from inferd.models.loader import LoadedModel  # noqa: E402
-from inferd.models.tokenizer import load_tokenizer  # noqa: E402
+import transformers
+from inferd.arch import build_model
+from inferd.config import EngineConfig
+from inferd.engine.engine import Engine
+from inferd.engine.engine_request import EngineRequest
+from inferd.engine.sampling_params import SamplingParams
+from inferd.models.config import ModelConfig
+from inferd.models.default import default_model_path
+from inferd.models.gguf import iter_gguf_tensors, read_gguf_config
+from inferd.models.loader import LoadedModel
+from inferd.models.tokenizer import load_tokenizer
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):\n", "Once upon a time, in a small village"]
 # Greedy paths meet near-ties (top two logits a bf16 ulp or two apart) where

@@ -11,13 +11,11 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
-
-transformers = pytest.importorskip("transformers")
-
-from inferd.arch import build_model  # noqa: E402
-from inferd.engine.runner import ModelRunner  # noqa: E402
-from inferd.engine.scheduler import ScheduledBatch  # noqa: E402
-from inferd.models.config import ModelConfig  # noqa: E402
+import transformers
+from inferd.arch import build_model
+from inferd.engine.runner import ModelRunner
+from inferd.engine.scheduler import ScheduledBatch
+from inferd.models.config import ModelConfig
 
 COMMON = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)

@@ -7,23 +7,17 @@ from __future__ import annotations
 import asyncio
 import json
 
-import httpx
 import pytest
 
 from inferd.api.anthropic.errors import anthropic_error
 from inferd.api.anthropic.stream import BlockWriter
-from inferd.api.openai.chat_output import ChoiceDelta
 from inferd.chat.template import ChatTemplate
 from inferd.chat.tool_parsers import ToolCallDelta
-from inferd.config import ServeConfig
-from inferd.engine.async_engine import AsyncEngine
-from inferd.engine.engine import Engine
-from inferd.engine.scheduler import QueueFullError
+from inferd.engine.errors import QueueFullError
 from inferd.models.loader import load_model
-from inferd.server.app import build_app
-from inferd.server.chat_features import attach_chat_features
-from inferd.server.errors import to_api_error
-from inferd.server.state import ServerState
+from inferd.serving.chat_output import ChoiceDelta
+from inferd.serving.generation import engine_unavailable
+from served import client, served, small_config
 
 # Shows every piece the conversion produces: roles, text, tool calls, tool results, tool names.
 TEMPLATE = (
@@ -48,19 +42,14 @@ HI = {"model": "tiny", "max_tokens": 5, "temperature": 0, "messages": [{"role": 
 @pytest.fixture(scope="module")
 def app(tiny_model_dir):
     loaded = load_model(str(tiny_model_dir), dtype="float32")
-    config = ServeConfig(ctx_size=512, parallel=2, block_size=4)
-    state = ServerState(config=config, model_name="tiny")
-    state.engine = AsyncEngine(Engine(loaded, config))
-    attach_chat_features(state, loaded)
-    state.template = ChatTemplate(TEMPLATE, None, None)
-    yield build_app(state)
-    state.engine.shutdown()
+    with served(loaded, small_config(ctx_size=512), template=ChatTemplate(TEMPLATE, None, None)) as server:
+        yield server.app
 
 
 def post(app, path, body):
     async def go():
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
-            return await client.post(path, json=body)
+        async with client(app) as c:
+            return await c.post(path, json=body)
 
     return asyncio.run(go())
 
@@ -229,7 +218,7 @@ def test_the_chat_route_keeps_the_openai_envelope(app):
 
 
 def test_a_full_queue_is_overloaded_529():
-    err = anthropic_error(to_api_error(QueueFullError("queue full")))
+    err = anthropic_error(engine_unavailable(QueueFullError("queue full")))
     assert (err.status, err.type, err.message, err.headers) == (529, "overloaded_error", "queue full",
                                                                 {"Retry-After": "1"})
 
@@ -257,27 +246,18 @@ def test_block_writer_gives_each_kind_of_output_its_own_block():
     ]
 
 
-def test_errors_before_routing_use_each_dialects_envelope(tiny_model_dir):
+def test_errors_before_routing_use_each_dialects_envelope():
     """401 and 415 come from middleware; Anthropic and Ollama paths still get their own shapes."""
-    import asyncio
-
-    import httpx
-
-    from inferd.config import ServeConfig
-    from inferd.server.app import build_app
-    from inferd.server.state import ServerState
-
-    state = ServerState(config=ServeConfig(), model_name="tiny", api_keys=frozenset({"k"}))
-    app = build_app(state)
 
     async def go():
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
-            anthropic = await client.post("/v1/messages", json={})
-            ollama = await client.post("/api/chat", json={})
-            openai = await client.post("/v1/chat/completions", json={})
-            media = await client.post("/v1/messages", content=b"x", headers={"x-api-key": "k",
-                                                                            "content-type": "text/plain"})
-            return anthropic, ollama, openai, media
+        with served(None, api_keys=frozenset({"k"})) as loading:
+            async with loading.client() as client:
+                anthropic = await client.post("/v1/messages", json={})
+                ollama = await client.post("/api/chat", json={})
+                openai = await client.post("/v1/chat/completions", json={})
+                media = await client.post("/v1/messages", content=b"x",
+                                          headers={"x-api-key": "k", "content-type": "text/plain"})
+                return anthropic, ollama, openai, media
 
     anthropic, ollama, openai, media = asyncio.run(go())
     assert anthropic.status_code == 401 and anthropic.json()["type"] == "error"

@@ -9,17 +9,12 @@ import asyncio
 import httpx
 import pytest
 
-from inferd.chat.template import chat_template_for
 from inferd.cli_options import add_options, build
 from inferd.commands.serve import read_api_keys
 from inferd.config import ServeConfig
-from inferd.engine.async_engine import AsyncEngine
-from inferd.engine.engine import Engine
+from inferd.http.auth import is_valid_key, presented_keys
 from inferd.models.loader import load_model
-from inferd.server.app import build_app
-from inferd.server.auth import is_valid_key, presented_keys
-from inferd.server.chat_features import attach_chat_features
-from inferd.server.state import ServerState
+from served import Served, served
 
 KEYS = frozenset({"sk-first", "sk-second"})
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
@@ -36,28 +31,22 @@ def loaded(tiny_model_dir):
 
 
 @pytest.fixture
-def state(loaded):
-    config = ServeConfig(ctx_size=128, parallel=2, block_size=4)
-    state = ServerState(config=config, model_name="tiny", api_keys=KEYS)
-    state.engine = AsyncEngine(Engine(loaded, config))
-    state.template = chat_template_for(loaded.tokenizer)
-    attach_chat_features(state, loaded)
-    yield state
-    state.engine.shutdown()
+def server(loaded):
+    with served(loaded, api_keys=KEYS) as server:
+        yield server
 
 
-def send(state: ServerState, method: str, path: str, **kwargs) -> httpx.Response:
+def send(server: Served, method: str, path: str, **kwargs) -> httpx.Response:
     async def go():
-        transport = httpx.ASGITransport(app=build_app(state))
-        async with httpx.AsyncClient(transport=transport, base_url="http://inferd") as client:
+        async with server.client() as client:
             return await client.request(method, path, **kwargs)
 
     return asyncio.run(go())
 
 
 @pytest.mark.parametrize("method,path,body", [("POST", "/v1/chat/completions", CHAT), ("GET", "/v1/models", None)])
-def test_no_key_is_refused_with_how_to_send_one(state, method, path, body):
-    r = send(state, method, path, json=body)
+def test_no_key_is_refused_with_how_to_send_one(server, method, path, body):
+    r = send(server, method, path, json=body)
     assert r.status_code == 401
     assert r.json() == unauthorized(f"this server needs an API key; {HOW_TO_SEND}")
     assert r.headers["www-authenticate"] == "Bearer"
@@ -71,15 +60,15 @@ def test_no_key_is_refused_with_how_to_send_one(state, method, path, body):
     {"Authorization": "Bearer SK-FIRST"},
 ])
 @pytest.mark.parametrize("method,path,body", [("POST", "/v1/chat/completions", CHAT), ("GET", "/v1/models", None)])
-def test_a_wrong_key_is_refused(state, method, path, body, headers):
-    r = send(state, method, path, json=body, headers=headers)
+def test_a_wrong_key_is_refused(server, method, path, body, headers):
+    r = send(server, method, path, json=body, headers=headers)
     assert r.status_code == 401
     assert r.json() == unauthorized(f"invalid API key; {HOW_TO_SEND}")
     assert r.headers["www-authenticate"] == "Bearer"
 
 
-def test_a_key_under_another_scheme_counts_as_none(state):
-    r = send(state, "GET", "/v1/models", headers={"Authorization": "Basic sk-first"})
+def test_a_key_under_another_scheme_counts_as_none(server):
+    r = send(server, "GET", "/v1/models", headers={"Authorization": "Basic sk-first"})
     assert r.status_code == 401
     assert r.json() == unauthorized(f"this server needs an API key; {HOW_TO_SEND}")
 
@@ -91,36 +80,36 @@ def test_a_key_under_another_scheme_counts_as_none(state):
     {"x-api-key": "sk-second"},
     {"Authorization": "Bearer sk-wrong", "x-api-key": "sk-first"},
 ])
-def test_a_valid_key_in_either_header_is_let_through(state, headers):
-    models = send(state, "GET", "/v1/models", headers=headers)
+def test_a_valid_key_in_either_header_is_let_through(server, headers):
+    models = send(server, "GET", "/v1/models", headers=headers)
     assert models.status_code == 200
     assert [m["id"] for m in models.json()["data"]] == ["tiny"]
-    chat = send(state, "POST", "/v1/chat/completions", json=CHAT, headers=headers)
+    chat = send(server, "POST", "/v1/chat/completions", json=CHAT, headers=headers)
     assert chat.status_code == 200
     assert chat.json()["object"] == "chat.completion"
 
 
 @pytest.mark.parametrize("path", ["/health", "/v1/health", "/"])
-def test_health_needs_no_key(state, path):
-    r = send(state, "GET", path)
+def test_health_needs_no_key(server, path):
+    r = send(server, "GET", path)
     assert r.status_code == 200
     assert r.json()["status"] == "ok"
 
 
-def test_unknown_routes_are_refused_before_they_404(state):
-    assert send(state, "GET", "/no/such/route").status_code == 401
+def test_unknown_routes_are_refused_before_they_404(server):
+    assert send(server, "GET", "/no/such/route").status_code == 401
 
 
-def test_refused_before_the_body_is_judged(state):
+def test_refused_before_the_body_is_judged(server):
     # An unauthenticated client learns nothing of body limits or content types.
-    r = send(state, "POST", "/v1/chat/completions", content=b"x" * 64, headers={"Content-Type": "text/plain"})
+    r = send(server, "POST", "/v1/chat/completions", content=b"x" * 64, headers={"Content-Type": "text/plain"})
     assert r.status_code == 401
 
 
-def test_without_keys_everything_is_open(state):
-    state.api_keys = frozenset()
-    assert send(state, "GET", "/v1/models").status_code == 200
-    assert send(state, "POST", "/v1/chat/completions", json=CHAT).status_code == 200
+def test_without_keys_everything_is_open(server):
+    server.state.api_keys = frozenset()
+    assert send(server, "GET", "/v1/models").status_code == 200
+    assert send(server, "POST", "/v1/chat/completions", json=CHAT).status_code == 200
 
 
 def test_presented_keys_reads_both_headers():

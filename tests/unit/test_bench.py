@@ -21,14 +21,9 @@ from inferd.bench.tokenizer import ServerTextMaker, WordTextMaker, text_maker_fo
 from inferd.bench.words import WORDS
 from inferd.chat.template import ChatTemplate
 from inferd.cli import main
-from inferd.config import ServeConfig
-from inferd.engine.async_engine import AsyncEngine
-from inferd.engine.engine import Engine
 from inferd.models.loader import load_model
-from inferd.server.app import build_app
-from inferd.serving.chat_features import attach_chat_features
-from inferd.serving.state import ServerState
 from router_fakes import ServerThread
+from served import served, small_config
 
 WORD_MAKER = WordTextMaker()
 
@@ -131,15 +126,11 @@ def test_infinite_rate_sends_everything_at_once():
 @pytest.fixture(scope="module")
 def base_url(tiny_model_dir):
     loaded = load_model(str(tiny_model_dir), dtype="float32")
-    config = ServeConfig(ctx_size=256, parallel=4, block_size=4)
-    state = ServerState(config=config, model_name="tiny")
-    state.engine = AsyncEngine(Engine(loaded, config))
-    state.template = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}", None, None)
-    attach_chat_features(state, loaded)
-    server = ServerThread(build_app(state)).start()
-    yield server.url
-    server.stop()
-    state.engine.shutdown()
+    template = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}", None, None)
+    with served(loaded, small_config(ctx_size=256, parallel=4), template=template) as server:
+        thread = ServerThread(server.app).start()
+        yield thread.url
+        thread.stop()
 
 
 def test_server_text_is_token_exact(base_url):

@@ -5,17 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
 import pytest
 
-from inferd.chat.template import chat_template_for
-from inferd.config import ServeConfig
-from inferd.engine.async_engine import AsyncEngine
-from inferd.engine.engine import Engine
 from inferd.models.loader import load_model
-from inferd.server.app import build_app
-from inferd.server.chat_features import attach_chat_features
-from inferd.server.state import ServerState
+from served import Served, served, small_config
 
 BLOCK_SIZE = 4
 PROMPT = "a prompt long enough to fill several blocks"  # byte tokens: one per character, plus <bos>
@@ -30,22 +23,16 @@ def loaded(tiny_model_dir):
 
 
 @pytest.fixture
-def state(loaded):
-    config = ServeConfig(ctx_size=128, parallel=2, block_size=BLOCK_SIZE)
-    state = ServerState(config=config, model_name="tiny")
-    state.engine = AsyncEngine(Engine(loaded, config))
-    state.template = chat_template_for(loaded.tokenizer)
-    attach_chat_features(state, loaded)
-    yield state
-    state.engine.shutdown()
+def server(loaded):
+    with served(loaded, small_config(block_size=BLOCK_SIZE)) as server:
+        yield server
 
 
-def run(state: ServerState, calls):
+def run(server: Served, calls):
     """Send (method, path, json) calls in order, on one app and one event loop."""
 
     async def go():
-        transport = httpx.ASGITransport(app=build_app(state))
-        async with httpx.AsyncClient(transport=transport, base_url="http://inferd") as client:
+        async with server.client() as client:
             responses = []
             for method, path, body in calls:
                 r = await client.request(method, path, json=body)
@@ -60,16 +47,16 @@ def cached_tokens(completion: dict) -> int:
     return completion["usage"]["prompt_tokens_details"]["cached_tokens"]
 
 
-def test_stats_start_empty(state):
-    [stats] = run(state, [("GET", "/v1/cache/stats", None)])
+def test_stats_start_empty(server):
+    [stats] = run(server, [("GET", "/v1/cache/stats", None)])
     assert stats == {
-        "kv_blocks_total": state.engine.engine.pool.num_blocks, "kv_blocks_used": 0, "block_size": BLOCK_SIZE,
+        "kv_blocks_total": server.state.engine.engine.pool.num_blocks, "kv_blocks_used": 0, "block_size": BLOCK_SIZE,
         "kv_usage": 0.0, "prefix_cache_queries": 0, "prefix_cache_hits": 0, "prefix_cache_hit_rate": 0.0,
     }
 
 
-def test_a_repeated_prompt_is_a_prefix_hit(state):
-    first, after_first, second, after_second = run(state, [
+def test_a_repeated_prompt_is_a_prefix_hit(server):
+    first, after_first, second, after_second = run(server, [
         ("POST", "/v1/completions", COMPLETION),
         ("GET", "/v1/cache/stats", None),
         ("POST", "/v1/completions", COMPLETION),
@@ -85,13 +72,13 @@ def test_a_repeated_prompt_is_a_prefix_hit(state):
     assert after_second["kv_blocks_used"] == 0  # finished requests keep their blocks cached, not held
 
 
-def test_reset_drops_the_cached_blocks_and_the_next_prompt_starts_cold(state):
-    [warm] = run(state, [("POST", "/v1/completions", COMPLETION)])
+def test_reset_drops_the_cached_blocks_and_the_next_prompt_starts_cold(server):
+    [warm] = run(server, [("POST", "/v1/completions", COMPLETION)])
     assert cached_tokens(warm) == 0
-    hashed = asyncio.run(state.engine.call(lambda e: sum(h is not None for h in e.pool.hash_of)))
+    hashed = asyncio.run(server.state.engine.call(lambda e: sum(h is not None for h in e.pool.hash_of)))
     assert hashed >= LOOKED_UP_BLOCKS
 
-    reset, cold, reset_again = run(state, [
+    reset, cold, reset_again = run(server, [
         ("POST", "/v1/cache/reset", None),
         ("POST", "/v1/completions", COMPLETION),
         ("POST", "/v1/cache/reset", None),
@@ -103,12 +90,10 @@ def test_reset_drops_the_cached_blocks_and_the_next_prompt_starts_cold(state):
 
 
 def test_cache_routes_wait_for_the_model():
-    state = ServerState(config=ServeConfig(), model_name="tiny")  # no engine yet: still loading
-
     async def go():
-        transport = httpx.ASGITransport(app=build_app(state))
-        async with httpx.AsyncClient(transport=transport, base_url="http://inferd") as client:
-            return await client.get("/v1/cache/stats"), await client.post("/v1/cache/reset")
+        with served(None) as loading:  # no engine yet: still loading
+            async with loading.client() as client:
+                return await client.get("/v1/cache/stats"), await client.post("/v1/cache/reset")
 
     for r in asyncio.run(go()):
         assert r.status_code == 503

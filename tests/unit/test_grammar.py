@@ -25,16 +25,7 @@ from inferd.chat.grammar_cache import BoundedLruCache
 from inferd.engine.sampling.grammar_mask import allocate_bitmask, apply_bitmask
 from inferd.models.tokenizer import Tokenizer, load_tokenizer
 
-try:
-    from jsonschema import validate as _validate
-
-    def validate_json(instance, schema) -> None:
-        _validate(instance, schema)
-except ImportError:  # the test extras bring the Rust validator (through schemathesis)
-    from jsonschema_rs import validate as _validate_rs
-
-    def validate_json(instance, schema) -> None:
-        _validate_rs(schema, instance)
+from jsonschema import validate as validate_json
 
 GEMMA_VOCAB = 262144
 

@@ -8,18 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 
-import httpx
 import pytest
 
-from inferd.config import ServeConfig
-from inferd.engine.async_engine import AsyncEngine
-from inferd.engine.engine import Engine
-from inferd.engine.kv_cache import prefix_block_hashes
 from inferd.engine.kv_events import KvSnapshot, KvSubscription
 from inferd.models.loader import load_model
-from inferd.server.app import build_app
+from inferd.prefix_hash import prefix_block_hashes
 from inferd.server.routes.kv_events import event_lines
-from inferd.server.state import ServerState
+from served import served, small_config
 
 BLOCK_SIZE = 4
 PROMPT = "a prompt long enough to fill several blocks"
@@ -32,18 +27,10 @@ def loaded(tiny_model_dir):
     return load_model(str(tiny_model_dir), dtype="float32")
 
 
-def make_state(loaded, **options) -> ServerState:
-    config = ServeConfig(ctx_size=128, parallel=2, block_size=BLOCK_SIZE, **options)
-    state = ServerState(config=config, model_name="tiny")
-    state.engine = AsyncEngine(Engine(loaded, config))
-    return state
-
-
 @pytest.fixture
-def state(loaded):
-    state = make_state(loaded)
-    yield state
-    state.engine.shutdown()
+def server(loaded):
+    with served(loaded, small_config(block_size=BLOCK_SIZE)) as server:
+        yield server
 
 
 class Stream:
@@ -102,25 +89,24 @@ def run(coro):
     return asyncio.run(coro)
 
 
-def test_the_stream_opens_with_a_snapshot_then_shows_a_served_prompts_full_blocks(state):
+def test_the_stream_opens_with_a_snapshot_then_shows_a_served_prompts_full_blocks(server):
     async def go():
-        app = build_app(state)
-        stream = Stream(app, PATH)
+        stream = Stream(server.app, PATH)
         start = await stream.open()
         assert start["status"] == 200
         assert (b"content-type", b"application/x-ndjson") in start["headers"]
         assert await stream.line() == {"type": "snapshot", "block_size": BLOCK_SIZE, "hashes": [],
                                        "active_blocks": 0}
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://inferd") as client:
+        async with server.client() as client:
             r = await client.post("/v1/completions", json=COMPLETION)
         assert r.status_code == 200, r.text
-        prompt_ids = state.engine.tokenizer.encode(PROMPT)
+        prompt_ids = server.state.engine.tokenizer.encode(PROMPT)
         assert r.json()["usage"]["prompt_tokens"] == len(prompt_ids)
         expected = prefix_block_hashes(prompt_ids, BLOCK_SIZE)
         assert len(expected) == len(prompt_ids) // BLOCK_SIZE > 0
         assert await stream.line() == {"type": "update", "stored": expected, "removed": [], "active_blocks": 0}
         # A second reader's snapshot holds the same blocks.
-        second = Stream(app, PATH)
+        second = Stream(server.app, PATH)
         await second.open()
         assert (await second.line())["hashes"] == expected
         await second.disconnect()
@@ -129,31 +115,32 @@ def test_the_stream_opens_with_a_snapshot_then_shows_a_served_prompts_full_block
     run(go())
 
 
-def test_a_disconnected_reader_is_forgotten_by_the_engine(state):
+def test_a_disconnected_reader_is_forgotten_by_the_engine(server):
+    engine = server.state.engine
+
     async def go():
-        stream = Stream(build_app(state), PATH)
+        stream = Stream(server.app, PATH)
         await stream.open()
         await stream.line()
-        assert state.engine.kv_events.num_subscribers == 1
+        assert engine.kv_events.num_subscribers == 1
         await stream.disconnect()
-        await state.engine.call(lambda engine: engine.kv_events.publish())
-        assert state.engine.kv_events.num_subscribers == 0
-        assert state.engine.engine.pool.listener is None
+        await engine.call(lambda engine: engine.kv_events.publish())
+        assert engine.kv_events.num_subscribers == 0
+        assert engine.engine.pool.listener is None
 
     run(go())
 
 
-def test_draining_ends_the_stream_and_refuses_new_ones(state):
+def test_draining_ends_the_stream_and_refuses_new_ones(server):
     async def go():
-        app = build_app(state)
-        stream = Stream(app, PATH)
+        stream = Stream(server.app, PATH)
         await stream.open()
         await stream.line()
-        state.draining = True
-        state.engine.kv_events.close()
+        server.state.draining = True
+        server.state.engine.kv_events.close()
         assert await stream.line() is None
         await stream.task
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://inferd") as client:
+        async with server.client() as client:
             r = await client.get(PATH)
         assert r.status_code == 503
         assert r.json()["error"]["code"] == "draining"
@@ -163,10 +150,9 @@ def test_draining_ends_the_stream_and_refuses_new_ones(state):
 
 def test_while_the_model_loads_it_is_503_in_the_openai_envelope():
     async def go():
-        state = ServerState(config=ServeConfig(), model_name="tiny")
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(state)),
-                                     base_url="http://inferd") as client:
-            return await client.get(PATH)
+        with served(None) as loading:
+            async with loading.client() as client:
+                return await client.get(PATH)
 
     r = run(go())
     assert r.status_code == 503
@@ -175,36 +161,32 @@ def test_while_the_model_loads_it_is_503_in_the_openai_envelope():
 
 
 def test_it_needs_the_api_key_like_every_other_route(loaded):
-    state = make_state(loaded, api_key=["sekrit"])
-    state.api_keys = frozenset({"sekrit"})
-
-    async def go():
-        app = build_app(state)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://inferd") as client:
+    async def go(server):
+        async with server.client() as client:
             refused = await client.get(PATH)
-        stream = Stream(app, PATH, {"Authorization": "Bearer sekrit"})
+        stream = Stream(server.app, PATH, {"Authorization": "Bearer sekrit"})
         start = await stream.open()
         first = await stream.line()
         await stream.disconnect()
         return refused, start, first
 
-    try:
-        refused, start, first = run(go())
-    finally:
-        state.engine.shutdown()
+    with served(loaded, small_config(block_size=BLOCK_SIZE), api_keys=frozenset({"sekrit"})) as server:
+        refused, start, first = run(go(server))
     assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
     assert start["status"] == 200 and first["type"] == "snapshot"
 
 
 def test_silence_becomes_pings_carrying_the_active_block_count():
     async def go():
-        sub = KvSubscription(KvSnapshot(16, [-3, 2**63 - 1], 5), asyncio.get_running_loop(), max_pending=4)
+        snapshot = KvSnapshot(16, ["0123456789abcdef" * 2, "f" * 32], 5)
+        sub = KvSubscription(snapshot, asyncio.get_running_loop(), max_pending=4)
         lines = event_lines(sub, ping_seconds=0)
         first, second = await anext(lines), await anext(lines)
         await lines.aclose()
         return first, second, sub.closed
 
     first, second, closed = run(go())
-    assert first == '{"type":"snapshot","block_size":16,"hashes":[-3,9223372036854775807],"active_blocks":5}\n'
+    assert first == ('{"type":"snapshot","block_size":16,"hashes":["0123456789abcdef0123456789abcdef",'
+                     '"ffffffffffffffffffffffffffffffff"],"active_blocks":5}\n')
     assert second == '{"type":"ping","active_blocks":5}\n'
     assert closed  # leaving the stream closes the subscription

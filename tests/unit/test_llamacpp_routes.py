@@ -7,20 +7,14 @@ import json
 import re
 import shutil
 
-import httpx
 import pytest
 from tokenizers import Tokenizer as InnerTokenizer
 
-from inferd.api.openai.chat import render_chat_prompt
-from inferd.api.openai.protocol import ChatCompletionRequest
-from inferd.chat.template import chat_template_for
-from inferd.config import ServeConfig
-from inferd.engine.async_engine import AsyncEngine
-from inferd.engine.engine import Engine
 from inferd.models.loader import load_model
-from inferd.server.app import build_app
-from inferd.server.chat_features import attach_chat_features
-from inferd.server.state import ServerState
+from inferd.serving.chat_prompt import render_chat_prompt
+from inferd.serving.chat_request import ChatCompletionRequest
+from polling import async_wait_for
+from served import client, served, small_config
 
 CTX = 128
 PARALLEL = 2
@@ -33,26 +27,20 @@ def byte_id(char: str) -> int:
     return 3 + ord(char)
 
 
-def make_state(model_dir, **config) -> ServerState:
-    cfg = ServeConfig(ctx_size=CTX, parallel=PARALLEL, block_size=4, **config)
-    loaded = load_model(str(model_dir), dtype="float32")
-    state = ServerState(config=cfg, model_name="tiny")
-    state.engine = AsyncEngine(Engine(loaded, cfg))
-    state.template = chat_template_for(loaded.tokenizer)
-    attach_chat_features(state, loaded)
-    return state
+@pytest.fixture(scope="module")
+def loaded(tiny_model_dir):
+    return load_model(str(tiny_model_dir), dtype="float32")
 
 
 @pytest.fixture(scope="module")
-def state(tiny_model_dir):
-    state = make_state(tiny_model_dir)
-    yield state
-    state.engine.shutdown()
+def server(loaded):
+    with served(loaded, small_config(ctx_size=CTX, parallel=PARALLEL)) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
-def app(state):
-    return build_app(state)
+def app(server):
+    return server.app
 
 
 @pytest.fixture(scope="module")
@@ -63,17 +51,16 @@ def fim_app(tiny_model_dir, tmp_path_factory):
     inner = InnerTokenizer.from_file(str(folder / "tokenizer.json"))
     inner.add_special_tokens(["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"])
     inner.save(str(folder / "tokenizer.json"))
-    state = make_state(folder)
-    yield build_app(state)
-    state.engine.shutdown()
+    with served(load_model(str(folder), dtype="float32"), small_config(ctx_size=CTX, parallel=PARALLEL)) as server:
+        yield server.app
 
 
 def run(app, steps):
     """Run `steps(client)` against the app in a fresh event loop."""
 
     async def main():
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client:
-            return await steps(client)
+        async with client(app) as c:
+            return await steps(c)
 
     return asyncio.run(main())
 
@@ -342,10 +329,10 @@ def test_unpaired_surrogates_are_a_400(app, path, body, message, param):
 # -- /apply-template -------------------------------------------------------
 
 
-def test_apply_template_is_the_chat_prompt(app, state):
+def test_apply_template_is_the_chat_prompt(app, server):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
     prompt = post(app, "/apply-template", {"messages": messages}).json()
-    assert prompt == {"prompt": render_chat_prompt(state, ChatCompletionRequest(messages=messages))}
+    assert prompt == {"prompt": render_chat_prompt(server.state.template, ChatCompletionRequest(messages=messages))}
     assert prompt["prompt"] == "<bos>Be brief.\n\nUser: hi\nAssistant:"
     chat = post(app, "/v1/chat/completions", {"messages": messages, "max_tokens": 1}).json()
     tokens = post(app, "/tokenize", {"content": prompt["prompt"]}).json()["tokens"]
@@ -401,11 +388,14 @@ def test_slots_show_a_busy_slot_during_generation_and_idle_after(app):
     async def steps(client):
         request = {"prompt": "slots!", "n_predict": 110, "cache_prompt": False, **GREEDY}
         generation = asyncio.create_task(client.post("/completion", json=request))
-        busy = None
-        while busy is None and not generation.done():
+
+        async def busy_slot():
+            """The slots once one of them is decoding, with that one; with None if the generation ended first."""
             slots = (await client.get("/slots")).json()
             busy = next((s for s in slots if s["is_processing"] and s["next_token"]["n_decoded"] > 0), None)
-            await asyncio.sleep(0.005)
+            return (slots, busy) if busy is not None or generation.done() else None
+
+        slots, busy = await async_wait_for(busy_slot, timeout=60) or (None, None)
         await generation
         return slots, busy, (await client.get("/slots")).json()
 
@@ -425,10 +415,9 @@ def test_slots_show_a_busy_slot_during_generation_and_idle_after(app):
     assert after == [idle_slot(0), idle_slot(1)]
 
 
-def test_no_slots_is_a_501(state):
-    config = ServeConfig(ctx_size=CTX, parallel=PARALLEL, block_size=4, slots=False)
-    app = build_app(ServerState(config=config, model_name="tiny", engine=state.engine, template=state.template))
-    r = get(app, "/slots")
+def test_no_slots_is_a_501(loaded):
+    with served(loaded, small_config(ctx_size=CTX, parallel=PARALLEL, slots=False)) as no_slots:
+        r = get(no_slots.app, "/slots")
     assert r.status_code == 501
     assert r.json() == {"error": {
         "message": "This server does not support slots endpoint: it was started with --no-slots; "
@@ -437,13 +426,13 @@ def test_no_slots_is_a_501(state):
     }}
 
 
-def test_props(app, state, tiny_model_dir):
+def test_props(app, server, tiny_model_dir):
     body = get(app, "/props").json()
     assert body == {
         "default_generation_settings": {"n_ctx": CTX, "params": settings()},
         "total_slots": PARALLEL,
         "model_path": str(tiny_model_dir),
-        "chat_template": state.template.source,
+        "chat_template": server.state.template.source,
         "bos_token": "<bos>",
         "eos_token": "<eos>",
         "modalities": {"vision": False},
@@ -453,11 +442,11 @@ def test_props(app, state, tiny_model_dir):
 
 
 def test_routes_answer_503_while_the_model_loads():
-    app = build_app(ServerState(config=ServeConfig(), model_name="tiny"))
-    for method, path, body in [("post", "/completion", {"prompt": "x"}), ("post", "/tokenize", {"content": "x"}),
-                               ("get", "/props", None), ("get", "/slots", None)]:
-        r = run(app, lambda c: c.request(method.upper(), path, json=body))
-        assert r.status_code == 503 and r.json()["error"]["code"] == "loading"
+    with served(None) as loading:
+        for method, path, body in [("post", "/completion", {"prompt": "x"}), ("post", "/tokenize", {"content": "x"}),
+                                   ("get", "/props", None), ("get", "/slots", None)]:
+            r = run(loading.app, lambda c: c.request(method.upper(), path, json=body))
+            assert r.status_code == 503 and r.json()["error"]["code"] == "loading"
 
 
 def test_completion_follows_a_json_schema_and_a_gbnf_grammar(app):

@@ -6,21 +6,17 @@ from __future__ import annotations
 import asyncio
 import json
 
-import httpx
 import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferd.chat.template import chat_template_for
 from inferd.config import ServeConfig
-from inferd.engine.async_engine import AsyncEngine
-from inferd.engine.engine import Engine
 from inferd.engine.outputs import RequestOutput, RequestTiming, Usage
+from inferd.http.request_metrics import metrics_current
 from inferd.models.loader import load_model
-from inferd.server.app import build_app
-from inferd.server.metrics import ServerMetrics, _current, observe_output, server_metrics
-from inferd.server.chat_features import attach_chat_features
-from inferd.server.state import ServerState
+from inferd.server.assemble import new_state
+from inferd.serving.metrics import ServerMetrics, observe_output
+from served import Served, served, small_config
 
 COMPLETION = {"prompt": "The cat sat on the mat", "max_tokens": 5, "temperature": 0, "ignore_eos": True}
 CHAT = {"messages": [{"role": "user", "content": "hi there"}], "max_tokens": 4, "temperature": 0,
@@ -35,30 +31,17 @@ def loaded(tiny_model_dir):
     return load_model(str(tiny_model_dir), dtype="float32")
 
 
-def make_state(loaded, metrics: bool, api_keys=frozenset()) -> ServerState:
-    config = ServeConfig(ctx_size=128, parallel=2, block_size=4, metrics=metrics)
-    state = ServerState(config=config, model_name="tiny", api_keys=api_keys)
-    if metrics:
-        state.metrics = server_metrics(state)
-    state.engine = AsyncEngine(Engine(loaded, config))
-    state.template = chat_template_for(loaded.tokenizer)
-    attach_chat_features(state, loaded)
-    return state
-
-
 @pytest.fixture
-def state(loaded):
-    state = make_state(loaded, metrics=True)
-    yield state
-    state.engine.shutdown()
+def server(loaded):
+    with served(loaded, small_config(metrics=True)) as server:
+        yield server
 
 
-def run(state: ServerState, calls):
+def run(server: Served, calls):
     """Send (method, path, kwargs) calls in order, on one app and one event loop."""
 
     async def go():
-        transport = httpx.ASGITransport(app=build_app(state))
-        async with httpx.AsyncClient(transport=transport, base_url="http://inferd") as client:
+        async with server.client() as client:
             return [await client.request(method, path, **kwargs) for method, path, kwargs in calls]
 
     return asyncio.run(go())
@@ -79,8 +62,8 @@ def stream_usage(body: str) -> dict:
     return json.loads(events[-2])["usage"]
 
 
-def test_two_completions_are_counted_exactly(state):
-    completion, chat, scrape = run(state, [
+def test_two_completions_are_counted_exactly(server):
+    completion, chat, scrape = run(server, [
         ("POST", "/v1/completions", {"json": COMPLETION}),
         ("POST", "/v1/chat/completions", {"json": CHAT}),
         ("GET", "/metrics", {}),
@@ -102,7 +85,7 @@ def test_two_completions_are_counted_exactly(state):
         assert got[(f"{histogram}_bucket", (("le", "+Inf"),))] == 2
         assert got[(f"{histogram}_sum", ())] > 0
 
-    stats = state.engine.stats()
+    stats = server.state.engine.stats()
     assert got[("inferd_requests_waiting", ())] == 0
     assert got[("inferd_requests_running", ())] == 0
     assert got[("inferd_kv_cache_usage_ratio", ())] == stats.kv_usage
@@ -112,8 +95,8 @@ def test_two_completions_are_counted_exactly(state):
     assert got[("inferd_preemptions_total", ())] == 0
 
 
-def test_routes_are_labelled_by_template_not_by_url(state):
-    *_, scrape = run(state, [
+def test_routes_are_labelled_by_template_not_by_url(server):
+    *_, scrape = run(server, [
         ("GET", "/v1/models", {}),
         ("GET", "/v1/models", {}),
         ("GET", "/v1/completions", {}),  # a route that exists, wrong method
@@ -132,33 +115,26 @@ def test_routes_are_labelled_by_template_not_by_url(state):
 
 
 def test_refused_requests_are_counted_and_metrics_need_the_key(loaded):
-    state = make_state(loaded, metrics=True, api_keys=frozenset({"sk-ops"}))
-    try:
-        refused, scrape = run(state, [
+    with served(loaded, small_config(metrics=True), api_keys=frozenset({"sk-ops"})) as server:
+        refused, scrape = run(server, [
             ("GET", "/metrics", {}),
             ("GET", "/metrics", {"headers": {"Authorization": "Bearer sk-ops"}}),
         ])
-    finally:
-        state.engine.shutdown()
     assert refused.status_code == 401
     assert scrape.status_code == 200
     assert samples(scrape.text)[("inferd_requests_total", (("route", "unmatched"), ("status", "401")))] == 1
 
 
 def test_metrics_are_404_when_off(loaded):
-    state = make_state(loaded, metrics=False)
-    try:
-        [r] = run(state, [("GET", "/metrics", {})])
-    finally:
-        state.engine.shutdown()
+    with served(loaded, small_config(metrics=False)) as server:
+        [r] = run(server, [("GET", "/metrics", {})])
     assert r.status_code == 404
     assert r.json() == {"error": {"message": "metrics are off; start the server with --metrics to serve them here",
                                   "type": "not_found_error", "param": None, "code": None}}
 
 
 def test_engine_metrics_are_absent_while_the_model_loads():
-    state = ServerState(config=ServeConfig(metrics=True))
-    text = server_metrics(state).render().decode()
+    text = new_state(ServeConfig(metrics=True), "tiny").metrics.render().decode()
     for name in ENGINE_GAUGES + ENGINE_COUNTERS:
         assert name not in text
     assert "inferd_prompt_tokens_total 0.0" in text
@@ -197,12 +173,9 @@ def test_observe_output_records_finals_for_the_server_of_the_current_request():
     metrics = ServerMetrics(lambda: None)
     final = finished(7, 5, RequestTiming(arrival=0.0, first_token=0.1, finished=0.5))
     observe_output(final)  # outside any request there is nowhere to record it
-    token = _current.set(metrics)
-    try:
+    with metrics_current(metrics):
         observe_output(RequestOutput("r", token_ids=[40], text="a"))  # a delta, not the end
         observe_output(final)
-    finally:
-        _current.reset(token)
     got = samples(metrics.render().decode())
     assert got[("inferd_prompt_tokens_total", ())] == 7
     assert got[("inferd_e2e_request_latency_seconds_count", ())] == 1

@@ -15,14 +15,10 @@ from inferd.api.ollama.results import StreamedCalls
 from inferd.api.ollama.sampling import max_tokens, sampling_params
 from inferd.chat.template import ChatTemplate
 from inferd.chat.tool_parsers import ToolCallDelta
-from inferd.config import ServeConfig
-from inferd.engine.async_engine import AsyncEngine
-from inferd.engine.engine import Engine
+from inferd.http.errors import BadRequest
 from inferd.models.loader import load_model
-from inferd.server.app import build_app
-from inferd.server.chat_features import attach_chat_features
-from inferd.server.errors import BadRequest
-from inferd.server.state import ServerState
+from inferd.serving.state import ServerState
+from served import client, served, small_config
 
 # Shows in the prompt (and so in prompt_eval_count) what reached the template.
 TEMPLATE = (
@@ -42,14 +38,9 @@ def loaded(tiny_model_dir):
 
 
 @pytest.fixture
-def served(loaded):
-    config = ServeConfig(ctx_size=CTX, parallel=2, block_size=4)
-    state = ServerState(config=config, model_name="tiny")
-    state.engine = AsyncEngine(Engine(loaded, config))
-    state.template = ChatTemplate(TEMPLATE, None, None)
-    attach_chat_features(state, loaded)
-    yield state, build_app(state)
-    state.engine.shutdown()
+def server(loaded):
+    with served(loaded, small_config(ctx_size=CTX), template=ChatTemplate(TEMPLATE, None, None)) as server:
+        yield server
 
 
 def prompt_tokens(state: ServerState, text: str) -> int:
@@ -58,7 +49,7 @@ def prompt_tokens(state: ServerState, text: str) -> int:
 
 def call(app, method: str, path: str, body: dict | None = None) -> httpx.Response:
     async def go():
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        async with client(app) as c:
             return await c.request(method, path, json=body)
 
     return asyncio.run(go())
@@ -88,8 +79,8 @@ def check_final(final: dict) -> None:
 # -- /api/chat ------------------------------------------------------------------
 
 
-def test_chat_streams_ndjson_ending_with_the_counts(served):
-    state, app = served
+def test_chat_streams_ndjson_ending_with_the_counts(server):
+    state, app = server.state, server.app
     lines = ndjson(call(app, "POST", "/api/chat", chat_body(options={**GREEDY, "num_predict": 5})))
     *parts, final = lines
     assert parts and all(p["done"] is False and p["model"] == "tiny" for p in parts)
@@ -109,15 +100,15 @@ def test_chat_streams_ndjson_ending_with_the_counts(served):
     assert (body["prompt_eval_count"], body["eval_count"], body["done_reason"]) == (final["prompt_eval_count"], 5, "length")
 
 
-def test_num_predict_minus_one_runs_until_the_context_is_full(served):
-    state, app = served
+def test_num_predict_minus_one_runs_until_the_context_is_full(server):
+    state, app = server.state, server.app
     body = call(app, "POST", "/api/chat", chat_body(stream=False, options={**GREEDY, "num_predict": -1})).json()
     prompt = prompt_tokens(state, "[user]hi|thinking=unset[assistant]")
     assert (body["prompt_eval_count"], body["eval_count"], body["done_reason"]) == (prompt, CTX - prompt, "length")
 
 
-def test_num_ctx_smaller_than_the_servers_bounds_the_answer(served):
-    state, app = served
+def test_num_ctx_smaller_than_the_servers_bounds_the_answer(server):
+    state, app = server.state, server.app
     prompt = prompt_tokens(state, "[user]hi|thinking=unset[assistant]")
     small = call(app, "POST", "/api/chat", chat_body(stream=False, options={**GREEDY, "num_ctx": prompt + 3})).json()
     assert (small["eval_count"], small["done_reason"]) == (3, "length")
@@ -128,8 +119,8 @@ def test_num_ctx_smaller_than_the_servers_bounds_the_answer(served):
     assert full.json() == {"error": f"the prompt is {prompt} tokens, which leaves no room in num_ctx {prompt}"}
 
 
-def test_think_and_tools_reach_the_template(served):
-    state, app = served
+def test_think_and_tools_reach_the_template(server):
+    state, app = server.state, server.app
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     body = call(app, "POST", "/api/chat", chat_body(stream=False, think=True, tools=tools,
                                                     options={**GREEDY, "num_predict": 1})).json()
@@ -155,8 +146,8 @@ def test_template_request_carries_history_thinking_and_tool_calls():
     assert template_request(messages[:1], None, None).chat_template_kwargs is None
 
 
-def test_format_schema_and_json_constrain_the_output(served):
-    _, app = served
+def test_format_schema_and_json_constrain_the_output(server):
+    app = server.app
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
     body = call(app, "POST", "/api/chat", chat_body(stream=False, format=schema, options={**GREEDY, "num_predict": 20})).json()
     assert body["done_reason"] == "stop"
@@ -168,15 +159,15 @@ def test_format_schema_and_json_constrain_the_output(served):
     assert bad.status_code == 400 and set(bad.json()) == {"error"}
 
 
-def test_empty_messages_load_the_model_without_generating(served):
-    _, app = served
+def test_empty_messages_load_the_model_without_generating(server):
+    app = server.app
     body = call(app, "POST", "/api/chat", {"model": "tiny:latest", "messages": []}).json()
     assert body["done"] is True and body["done_reason"] == "load"
     assert body["message"] == {"role": "assistant", "content": ""} and body["model"] == "tiny:latest"
 
 
-def test_images_are_refused_with_a_clear_400(served):
-    _, app = served
+def test_images_are_refused_with_a_clear_400(server):
+    app = server.app
     message = {"role": "user", "content": "what is this?", "images": ["aGVsbG8="]}
     r = call(app, "POST", "/api/chat", {"model": "tiny", "messages": [message]})
     assert (r.status_code, r.json()) == (400, {"error": "this model takes text only; remove the images from the request"})
@@ -184,16 +175,16 @@ def test_images_are_refused_with_a_clear_400(served):
     assert (r.status_code, r.json()) == (400, {"error": "this model takes text only; remove the images from the request"})
 
 
-def test_an_unknown_model_is_a_404_naming_the_served_one(served):
-    _, app = served
+def test_an_unknown_model_is_a_404_naming_the_served_one(server):
+    app = server.app
     r = call(app, "POST", "/api/chat", chat_body(model="llama3"))
     assert (r.status_code, r.json()) == (404, {"error": 'model "llama3" not found; this server serves "tiny"'})
     r = call(app, "POST", "/api/show", {"model": "llama3"})
     assert r.status_code == 404
 
 
-def test_invalid_requests_use_ollamas_error_envelope(served):
-    _, app = served
+def test_invalid_requests_use_ollamas_error_envelope(server):
+    app = server.app
     r = call(app, "POST", "/api/generate", {"model": "tiny", "prompt": 3})
     assert (r.status_code, r.json()) == (400, {"error": "prompt: Input should be a valid string"})
     r = call(app, "POST", "/api/chat", chat_body(options={"num_predict": 0}))
@@ -204,8 +195,8 @@ def test_invalid_requests_use_ollamas_error_envelope(served):
 # -- /api/generate --------------------------------------------------------------
 
 
-def test_generate_raw_sends_the_prompt_as_is_and_returns_context(served):
-    state, app = served
+def test_generate_raw_sends_the_prompt_as_is_and_returns_context(server):
+    state, app = server.state, server.app
     body = call(app, "POST", "/api/generate", {"model": "tiny", "prompt": "abc", "raw": True, "stream": False,
                                                 "options": {**GREEDY, "num_predict": 4}}).json()
     check_final(body)
@@ -216,8 +207,8 @@ def test_generate_raw_sends_the_prompt_as_is_and_returns_context(served):
     assert state.engine.tokenizer.decode(body["context"][len(prompt_ids):]) == body["response"]
 
 
-def test_generate_puts_system_before_the_prompt_through_the_template(served):
-    state, app = served
+def test_generate_puts_system_before_the_prompt_through_the_template(server):
+    state, app = server.state, server.app
     lines = ndjson(call(app, "POST", "/api/generate", {"model": "tiny", "prompt": "hi", "system": "be brief",
                                                        "options": {**GREEDY, "num_predict": 3}}))
     *parts, final = lines
@@ -229,8 +220,8 @@ def test_generate_puts_system_before_the_prompt_through_the_template(served):
     assert len(final["context"]) == final["prompt_eval_count"] + 3
 
 
-def test_generate_refuses_what_it_cannot_do(served):
-    _, app = served
+def test_generate_refuses_what_it_cannot_do(server):
+    app = server.app
     r = call(app, "POST", "/api/generate", {"model": "tiny", "prompt": "def f(", "suffix": "return 1"})
     assert (r.status_code, r.json()) == (400, {"error": '"tiny" does not support insert (suffix)'})
     r = call(app, "POST", "/api/generate", {"model": "tiny", "prompt": "x", "template": "{{ .Prompt }}"})
@@ -242,8 +233,8 @@ def test_generate_refuses_what_it_cannot_do(served):
 # -- info routes ----------------------------------------------------------------
 
 
-def test_tags_ps_show_and_version(served, loaded):
-    state, app = served
+def test_tags_ps_show_and_version(server, loaded):
+    app = server.app
     details = {"parent_model": "", "format": "safetensors", "family": "gemma3_text", "families": ["gemma3_text"],
                "parameter_size": f"{sum(p.numel() for p in loaded.model.parameters()) / 1e3:.1f}K",
                "quantization_level": "F32"}
@@ -267,8 +258,8 @@ def test_tags_ps_show_and_version(served, loaded):
     assert call(app, "GET", "/api/version").json() == {"version": __import__("inferd").__version__}
 
 
-def test_embeddings_are_not_served(served):
-    _, app = served
+def test_embeddings_are_not_served(server):
+    app = server.app
     for path in ("/api/embed", "/api/embeddings"):
         r = call(app, "POST", path, {"model": "tiny", "input": "x"})
         assert (r.status_code, r.json()) == (
@@ -309,8 +300,8 @@ def test_streamed_tool_call_deltas_become_whole_calls():
     assert calls.take() == []
 
 
-def test_a_prompt_longer_than_the_context_is_a_400_before_streaming(served):
-    _, app = served
+def test_a_prompt_longer_than_the_context_is_a_400_before_streaming(server):
+    app = server.app
     r = call(app, "POST", "/api/generate", {"model": "tiny", "prompt": "x" * (CTX + 10), "raw": True})
     assert r.status_code == 400 and r.headers["content-type"] == "application/json"
     assert set(r.json()) == {"error"} and str(CTX) in r.json()["error"]

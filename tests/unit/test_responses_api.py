@@ -7,18 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 
-import httpx
 import pytest
 
 from inferd.chat.template import ChatTemplate
-from inferd.config import ServeConfig
-from inferd.engine.async_engine import AsyncEngine
-from inferd.engine.engine import Engine
 from inferd.models.loader import load_model
-from inferd.server.app import build_app
-from inferd.server.chat_features import attach_chat_features
-from inferd.server.state import ServerState
 from inferd.store.responses import ResponseStore
+from served import client, served, small_config
 
 # Shows every piece the conversion produces: roles, text, tool calls, tool results, tool names.
 TEMPLATE = (
@@ -45,20 +39,15 @@ USAGE_KEYS = {"input_tokens", "input_tokens_details", "output_tokens", "output_t
 @pytest.fixture(scope="module")
 def app(tiny_model_dir, tmp_path_factory):
     loaded = load_model(str(tiny_model_dir), dtype="float32")
-    config = ServeConfig(ctx_size=512, parallel=2, block_size=4)
-    state = ServerState(config=config, model_name="tiny")
-    state.engine = AsyncEngine(Engine(loaded, config))
-    attach_chat_features(state, loaded)
-    state.template = ChatTemplate(TEMPLATE, None, None)
-    state.responses_store = ResponseStore.in_dir(tmp_path_factory.mktemp("data"), ttl=3600, max_rows=100)
-    yield build_app(state)
-    state.engine.shutdown()
+    with served(loaded, small_config(ctx_size=512), template=ChatTemplate(TEMPLATE, None, None)) as server:
+        server.state.responses_store = ResponseStore.in_dir(tmp_path_factory.mktemp("data"), ttl=3600, max_rows=100)
+        yield server.app
 
 
 def call(app, method, path, body=None):
     async def go():
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
-            return await client.request(method, path, json=body)
+        async with client(app) as c:
+            return await c.request(method, path, json=body)
 
     return asyncio.run(go())
 

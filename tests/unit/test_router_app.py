@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 
@@ -13,6 +12,7 @@ from inferd.config import RouterOptions
 from inferd.router.app import build_router_app
 from inferd.router.assemble import build_router_state
 from inferd.router.health import check_fleet
+from polling import async_wait_for
 from router_fakes import ANTHROPIC_EVENTS, NDJSON_LINES, RESPONSES_EVENTS, SSE_EVENTS, FakeWorker, ServerThread
 
 DEAD_URL = "http://127.0.0.1:1"  # nothing listens on port 1: connection refused, and it sorts first
@@ -213,13 +213,9 @@ def test_a_client_leaving_closes_the_workers_stream(pair, router_for):
     with router.http.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as r:
         next(r.iter_raw())
     assert first.aborted.wait(30)
-    router.thread.call(_settled(router.state))
+    settled = async_wait_for(lambda: not any(w.in_flight for w in router.state.fleet.workers.values()), timeout=20)
+    assert router.thread.call(settled), "a request is still in flight"
     assert router.workers()[first.url]["in_flight"] == 0
-
-
-async def _settled(state):
-    while any(w.in_flight for w in state.fleet.workers.values()):
-        await asyncio.sleep(0.01)
 
 
 # -- choosing --------------------------------------------------------------

@@ -8,10 +8,7 @@ import asyncio
 import httpx
 import pytest
 
-from inferd.chat.template import chat_template_for
-from inferd.config import RouterOptions, ServeConfig
-from inferd.engine.async_engine import AsyncEngine
-from inferd.engine.engine import Engine
+from inferd.config import RouterOptions
 from inferd.models.loader import load_model
 from inferd.prefix_hash import prefix_block_hashes, root_hash
 from inferd.router.assemble import build_router_state, start_router, stop_router
@@ -20,9 +17,7 @@ from inferd.router.policies.base import Decision, RoutingRequest
 from inferd.router.policies.precise import PrecisePolicy
 from inferd.router.prompt_tokens import PromptTokenizer
 from inferd.router.worker import Worker
-from inferd.server.app import build_app
-from inferd.serving.chat_features import attach_chat_features
-from inferd.serving.state import ServerState
+from served import served, small_config
 
 CHAT = {"model": "tiny", "max_tokens": 1, "messages": [
     {"role": "system", "content": "be brief"}, {"role": "user", "content": "what is a prefix cache?"}]}
@@ -31,14 +26,8 @@ TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"typ
 
 @pytest.fixture(scope="module")
 def worker(tiny_model_dir):
-    loaded = load_model(str(tiny_model_dir), dtype="float32")
-    config = ServeConfig(ctx_size=1024, parallel=2, block_size=4)
-    state = ServerState(config=config, model_name="tiny")
-    state.engine = AsyncEngine(Engine(loaded, config))
-    state.template = chat_template_for(loaded.tokenizer)
-    attach_chat_features(state, loaded)
-    yield build_app(state)
-    state.engine.shutdown()
+    with served(load_model(str(tiny_model_dir), dtype="float32"), small_config(ctx_size=1024)) as server:
+        yield server.app
 
 
 def ask(app, path: str, body: dict) -> dict:

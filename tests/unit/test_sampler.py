@@ -11,11 +11,8 @@ from inferd.engine.sampling.logits_processing import process_logits
 from inferd.engine.sampling.sampler import Sampler, SampleRow, make_generator
 from inferd.engine.sampling_params import SamplingParams
 
-try:
-    from hypothesis import given, settings
-    from hypothesis import strategies as st
-except ImportError:  # the property test below is skipped without it
-    given = None
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 sample = Sampler()
 
@@ -577,21 +574,13 @@ def test_draws_stay_in_support_for_sampled_settings(seed, temperature, top_k, to
     check_draws_stay_in_support(seed, temperature, top_k, top_p, min_p)
 
 
-if given is not None:
-
-    @settings(max_examples=150, deadline=None)
-    @given(
-        seed=st.integers(0, 2**31),
-        temperature=st.floats(0.01, 2.0),
-        top_k=st.integers(-1, 80),
-        top_p=st.floats(0.01, 1.0),
-        min_p=st.floats(0.0, 1.0),
-    )
-    def test_draws_stay_in_support_property(seed, temperature, top_k, top_p, min_p):
-        check_draws_stay_in_support(seed, temperature, top_k, top_p, min_p)
-
-else:
-
-    @pytest.mark.skip(reason="hypothesis is not installed")
-    def test_draws_stay_in_support_property():
-        pass
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    temperature=st.floats(0.01, 2.0),
+    top_k=st.integers(-1, 80),
+    top_p=st.floats(0.01, 1.0),
+    min_p=st.floats(0.0, 1.0),
+)
+def test_draws_stay_in_support_property(seed, temperature, top_k, top_p, min_p):
+    check_draws_stay_in_support(seed, temperature, top_k, top_p, min_p)
