@@ -12,8 +12,8 @@ from inferd.engine.engine import Engine
 from inferd.engine.engine_request import EngineRequest
 from inferd.engine.errors import RequestRejected
 from inferd.engine.sampling_params import SamplingParams
-from inferd.engine.scheduler import Scheduler
 from inferd.models.loader import load_model
+from validation_counter import count_validation
 
 
 @pytest.fixture(scope="module")
@@ -75,15 +75,7 @@ def test_invalid_request_raises_before_streaming(engine):
 
 
 def test_validation_runs_once_on_the_callers_side_and_not_again_on_the_engine_thread(engine, monkeypatch):
-    counts = {"validate": 0, "check_fits": 0}
-    for owner, name in ((SamplingParams, "validate"), (Scheduler, "check_fits")):
-        original = getattr(owner, name)
-
-        def counted(*args, _original=original, _name=name, **kwargs):
-            counts[_name] += 1
-            return _original(*args, **kwargs)
-
-        monkeypatch.setattr(owner, name, counted)
+    counts = count_validation(monkeypatch)
     outs = asyncio.run(collect(engine, "once", SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)))
     assert outs[-1].finish_reason == "length"
     assert counts == {"validate": 1, "check_fits": 1}

@@ -14,8 +14,8 @@ from inferd.engine.engine import Engine
 from inferd.engine.engine_request import EngineRequest
 from inferd.engine.errors import RequestRejected
 from inferd.engine.sampling_params import SamplingParams
-from inferd.engine.scheduler import Scheduler
 from inferd.models.loader import load_model
+from validation_counter import count_validation
 
 
 @pytest.fixture(scope="module")
@@ -173,20 +173,6 @@ def test_a_request_with_no_samplable_token_fails_alone(loaded):
     assert finals["bad"].finish_reason == "error" and "logit_bias" in finals["bad"].error
     assert finals["good"].finish_reason == "length" and len(toks["good"]) == 12
     assert engine.pool.num_used == 0
-
-
-def count_validation(monkeypatch) -> dict[str, int]:
-    """Counts SamplingParams.validate and Scheduler.check_fits calls from here on."""
-    counts = {"validate": 0, "check_fits": 0}
-    for owner, name in ((SamplingParams, "validate"), (Scheduler, "check_fits")):
-        original = getattr(owner, name)
-
-        def counted(*args, _original=original, _name=name, **kwargs):
-            counts[_name] += 1
-            return _original(*args, **kwargs)
-
-        monkeypatch.setattr(owner, name, counted)
-    return counts
 
 
 def test_a_request_is_validated_exactly_once(loaded, monkeypatch):
