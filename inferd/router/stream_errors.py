@@ -65,6 +65,7 @@ class StreamCutter:
     def error(self, err: APIError) -> bytes:
         """The closing error event; the fragment of a cut event is dropped."""
         self.pending = b""
-        if self.framing == "raw":
-            return b""  # not a stream format we can append to: the cut is the signal
-        return dialect_for_path(self.path).stream_error(err, self.last_sequence).encode()
+        dialect = dialect_for_path(self.path)
+        if self.framing != dialect.framing:
+            return b""  # not the dialect's stream format, so no event of its can follow: the cut is the signal
+        return dialect.stream_error(err, self.last_sequence).encode()
