@@ -9,7 +9,18 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from inferd.http.errors import BadRequest
 from inferd.http.wire import WireModel
+
+# Template variables the server sets from the request itself.
+RESERVED_TEMPLATE_VARIABLES = ("messages", "tools", "add_generation_prompt")
+
+
+def _check_template_variables(variables: dict) -> None:
+    for name in RESERVED_TEMPLATE_VARIABLES:
+        if name in variables:
+            raise ValueError(f"chat_template_kwargs may not set {name!r}: the server sets it from the request's "
+                             f"own fields; remove it")
 
 
 class StreamOptions(WireModel):
@@ -130,9 +141,26 @@ class ChatCompletionRequest(SamplingFields):
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _settable(cls, v):
+        _check_template_variables(v or {})
+        return v
+
     def template_kwargs(self) -> dict[str, Any]:
         """chat_template_kwargs, top level or inside extra_body (some clients nest it)."""
-        kwargs = dict((self.model_extra or {}).get("extra_body", {}).get("chat_template_kwargs", {}) or {})
+        extra = (self.model_extra or {}).get("extra_body")
+        if extra is not None and not isinstance(extra, dict):
+            raise BadRequest("extra_body must be an object", param="extra_body")
+        nested = (extra or {}).get("chat_template_kwargs") or {}
+        if not isinstance(nested, dict):
+            raise BadRequest("extra_body.chat_template_kwargs must be an object",
+                             param="extra_body.chat_template_kwargs")
+        try:
+            _check_template_variables(nested)
+        except ValueError as e:
+            raise BadRequest(str(e), param="extra_body.chat_template_kwargs") from None
+        kwargs = dict(nested)
         kwargs.update(self.chat_template_kwargs or {})
         if self.reasoning_effort is not None:
             kwargs.setdefault("reasoning_effort", self.reasoning_effort)

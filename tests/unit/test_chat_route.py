@@ -55,6 +55,29 @@ def test_template_variables_reach_the_template(client, extra, expected):
     assert run(go()) == (200, {"prompt": expected})
 
 
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/apply-template"])
+@pytest.mark.parametrize(
+    ("extra", "param", "message"),
+    [
+        ({"chat_template_kwargs": {"messages": []}}, "chat_template_kwargs",
+         "chat_template_kwargs: Value error, chat_template_kwargs may not set 'messages'"),
+        ({"extra_body": {"chat_template_kwargs": {"add_generation_prompt": False}}}, "extra_body.chat_template_kwargs",
+         "chat_template_kwargs may not set 'add_generation_prompt'"),
+        ({"extra_body": "text"}, "extra_body", "extra_body must be an object"),
+    ],
+    ids=["reserved", "reserved-in-extra_body", "extra_body-not-an-object"],
+)
+def test_template_variables_the_client_may_not_set_are_a_400(client, path, extra, param, message):
+    async def go():
+        async with client:
+            r = await client.post(path, json={"messages": MESSAGES, "max_tokens": 1, **extra})
+            return r.status_code, r.json()["error"]
+
+    status, error = run(go())
+    assert (status, error["type"], error["param"]) == (400, "invalid_request_error", param)
+    assert error["message"].startswith(message)
+
+
 def test_a_template_that_raises_is_a_400_before_generation(client):
     async def go():
         async with client:
