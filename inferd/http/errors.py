@@ -72,10 +72,33 @@ def error_response(err: APIError) -> JSONResponse:
     return JSONResponse(error_body(err.message, err.type, err.param, err.code), status_code=err.status, headers=err.headers)
 
 
+class HTTPStatusError(APIError):
+    """An error Starlette or FastAPI raised with a status of its own (404, 405, an unparsable body)."""
+
+    def __init__(self, status: int, message: str, headers: dict | None = None):
+        super().__init__(message, headers=headers)
+        self.status = status
+        self.type = {404: "not_found_error"}.get(status, "invalid_request_error" if status < 500 else "server_error")
+
+
+def unreadable_body(cause: BaseException) -> str:
+    """Why a request body could not be parsed as JSON, in words that say what to change."""
+    if isinstance(cause, RecursionError):
+        return "request body is not valid JSON: it is nested too deeply"
+    if isinstance(cause, UnicodeDecodeError):
+        return f"request body is not valid UTF-8: {cause.reason} at byte {cause.start}"
+    return f"request body is not valid JSON: {cause}"
+
+
 def to_api_error(exc: Exception) -> APIError:
     """An exception's HTTP meaning."""
     if isinstance(exc, APIError):
         return exc
+    if isinstance(exc, StarletteHTTPException):
+        # FastAPI chains the parser's own error to its generic "error parsing the body".
+        cause = exc.__cause__
+        message = unreadable_body(cause) if exc.status_code == 400 and cause is not None else str(exc.detail)
+        return HTTPStatusError(exc.status_code, message, headers=exc.headers)
     if isinstance(exc, ValueError):
         return BadRequest(str(exc), param=getattr(exc, "field", None))
     log.exception("unexpected error", exc_info=exc)
@@ -120,8 +143,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException):
-        type_ = {404: "not_found_error", 405: "invalid_request_error"}.get(exc.status_code, "invalid_request_error")
-        return JSONResponse(error_body(str(exc.detail), type_), status_code=exc.status_code)
+        return error_response(to_api_error(exc))
 
     # Expected failures get their own handlers: the catch-all below is
     # Starlette's last resort, which logs a traceback and drops the connection.

@@ -25,7 +25,7 @@ from inferd.router.policies.direct import HEADER as WORKER_ID_HEADER
 from inferd.router.proxy import Forward
 from inferd.router.routing_key import routing_request
 from inferd.router.state import RouterState
-from inferd.http.errors import BadRequest
+from inferd.http.errors import BadRequest, unreadable_body
 
 _RESPONSE_ID = re.compile(r"^resp_[A-Za-z0-9_-]+$")
 
@@ -46,8 +46,8 @@ async def forward(request: Request, endpoint: Endpoint):
     raw = await request.body()
     try:
         parsed = json.loads(raw) if raw.strip() else {}
-    except (ValueError, UnicodeDecodeError) as e:
-        return error_response_for_path(path, BadRequest(f"request body is not valid JSON: {e}"))
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        return error_response_for_path(path, BadRequest(unreadable_body(e)))
     body = parsed if isinstance(parsed, dict) else {}
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.scope["headers"]}
     named = headers.get(WORKER_ID_HEADER, "").strip()

@@ -126,3 +126,21 @@ def test_keepalive_comments_fill_silences_and_events_pass_through():
         return events
 
     assert run(go()) == ["data: 1\n\n", keepalive, keepalive, "data: 2\n\n"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [(b"[" * 100_000 + b"]" * 100_000, "request body is not valid JSON: it is nested too deeply"),
+     (b'{"messages": "\xff"}', "request body is not valid UTF-8: invalid start byte at byte 14")],
+    ids=["deep", "invalid-utf8"],
+)
+@pytest.mark.parametrize(("path", "read"), [("/v1/chat/completions", lambda b: b["error"]["message"]),
+                                            ("/v1/messages", lambda b: b["error"]["message"]),
+                                            ("/api/chat", lambda b: b["error"])])
+def test_an_unreadable_body_is_a_400_that_says_why(client, body, message, path, read):
+    async def go():
+        async with client:
+            r = await client.post(path, content=body, headers={"content-type": "application/json"})
+            return r.status_code, read(r.json())
+
+    assert run(go()) == (400, message)

@@ -305,3 +305,18 @@ def test_a_prompt_longer_than_the_context_is_a_400_before_streaming(server):
     r = call(app, "POST", "/api/generate", {"model": "tiny", "prompt": "x" * (CTX + 10), "raw": True})
     assert r.status_code == 400 and r.headers["content-type"] == "application/json"
     assert set(r.json()) == {"error"} and str(CTX) in r.json()["error"]
+
+
+DEEP_JSON = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize("body", [b'{"model": "tiny", "prompt": "\xff\xfe"}', DEEP_JSON], ids=["invalid-utf8", "deep"])
+@pytest.mark.parametrize("path", ["/api/chat", "/api/generate", "/api/show"])
+def test_an_unreadable_body_is_a_400_in_ollamas_envelope(server, path, body):
+    async def go():
+        async with server.client() as c:
+            return await c.post(path, content=body, headers={"content-type": "application/json"})
+
+    r = asyncio.run(go())
+    assert r.status_code == 400
+    assert list(r.json()) == ["error"] and "body" in r.json()["error"]

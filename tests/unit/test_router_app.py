@@ -268,6 +268,17 @@ def test_bad_json_is_a_400_and_no_worker_is_a_503(pair, router_for):
     assert first.requests == [] and second.requests == []
 
 
+@pytest.mark.parametrize(("path", "envelope"), [("/v1/chat/completions", "error"), ("/v1/messages", "type"),
+                                              ("/api/chat", "error")])
+def test_json_nested_too_deep_is_a_400_in_the_paths_dialect(pair, router_for, path, envelope):
+    router = router_for([pair[0].url])
+    r = router.http.post(path, content=b"[" * 100_000 + b"]" * 100_000, headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    assert envelope in r.json()
+    assert "nested too deeply" in r.text
+    assert pair[0].requests == []
+
+
 def test_stored_responses_are_read_where_they_were_created(pair, router_for):
     first, second = pair
     router = router_for([first.url, second.url])

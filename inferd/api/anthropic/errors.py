@@ -9,7 +9,6 @@ from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inferd.http.errors import APIError, BadRequest, validation_message, to_api_error
 
@@ -45,8 +44,6 @@ def as_anthropic(exc: Exception) -> AnthropicError:
     if isinstance(exc, RequestValidationError):
         message, param = validation_message(exc)
         return anthropic_error(BadRequest(message, param=param))
-    if isinstance(exc, StarletteHTTPException):
-        return AnthropicError(exc.status_code, _TYPES.get(exc.status_code, "api_error"), str(exc.detail))
     return anthropic_error(to_api_error(exc))
 
 
