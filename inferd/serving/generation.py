@@ -3,7 +3,10 @@ choice, submitted together, read as one `Generation`.
 
 A `Generation` owns its engine requests. Used as `async with` it closes every
 one of them however the block ends, so a client that goes away, or an error
-mid-stream, never leaves the engine generating for nobody.
+mid-stream, never leaves the engine generating for nobody. A streamed answer
+learns of a disconnect when its stream is closed; a whole answer
+(`Generation.collect`) watches the connection itself while it waits, and a
+client that leaves first aborts every request at once (`ClientDisconnected`).
 
 This is the one place the dialects meet the engine, so engine exceptions
 become HTTP errors here (a full queue is a 503 with Retry-After).
@@ -13,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from fastapi import Request
 
@@ -25,6 +29,8 @@ from inferd.engine.outputs import RequestOutput, TokenLogprobs
 from inferd.engine.sampling_params import SamplingParams
 from inferd.http.errors import APIError, BadRequest, ServiceUnavailable
 from inferd.serving.metrics import observe_output
+
+T = TypeVar("T")
 
 PRIORITIES = {"high": Priority.HIGH, "normal": Priority.NORMAL, "low": Priority.LOW}
 
@@ -37,6 +43,17 @@ def engine_unavailable(exc: QueueFullError | EngineDeadError) -> ServiceUnavaila
     if isinstance(exc, QueueFullError):
         return ServiceUnavailable(str(exc), code="queue_full", headers={"Retry-After": "1"})
     return ServiceUnavailable(str(exc), code="shutting_down")
+
+
+class ClientDisconnected(APIError):
+    """The client went away before its answer was ready. The answer goes
+    nowhere (the server drops what is sent to a closed connection); its status,
+    nginx's 499 "client closed request", is what the request metrics count."""
+
+    status, type = 499, "client_closed_request"
+
+    def __init__(self) -> None:
+        super().__init__("the client closed the connection before the answer was ready")
 
 
 def new_id(prefix: str) -> str:
@@ -136,13 +153,46 @@ class Generation:
             raise_if_failed(out)
             yield i, out
 
-    async def collect(self) -> list[Choice]:
-        """Every choice's whole output, once all have finished."""
-        choices = [Choice(i) for i in range(len(self.streams))]
+    async def collect(self, raw: Request) -> list[Choice]:
+        """Every choice's whole output, once all have finished. A client of `raw`
+        that disconnects first ends the wait: every engine request is aborted
+        (within the engine's next step) and `ClientDisconnected` raised."""
         async with self:
-            async for i, out in self:
-                choices[i].add(out)
+            return await unless_disconnected(raw, self._collect())
+
+    async def _collect(self) -> list[Choice]:
+        choices = [Choice(i) for i in range(len(self.streams))]
+        async for i, out in self:
+            choices[i].add(out)
         return choices
+
+
+async def unless_disconnected(raw: Request, work: Coroutine[Any, Any, T]) -> T:
+    """`work`'s result, unless `raw`'s client disconnects first: then `work` is
+    cancelled and `ClientDisconnected` raised.
+
+    Waits on the connection's `receive()` for `http.disconnect`, which is safe
+    once the handler runs: FastAPI has read the whole body by then, so the only
+    message left to come is the disconnect (vLLM's `with_cancellation` does the same).
+    """
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_disconnected(raw))
+    try:
+        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+        if not task.done() and watch.done() and watch.exception() is None:
+            raise ClientDisconnected()
+        return await task  # done, or the watch itself failed: keep waiting for the answer
+    finally:
+        for t in (task, watch):
+            t.cancel()
+        # Let a cancelled collection run its cleanup before the caller goes on.
+        await asyncio.gather(task, watch, return_exceptions=True)
+
+
+async def _disconnected(raw: Request) -> None:
+    """Returns when the client disconnects."""
+    while (await raw.receive())["type"] != "http.disconnect":
+        pass  # an empty trailing body chunk: keep listening
 
 
 def raise_if_failed(out: RequestOutput | None) -> None:

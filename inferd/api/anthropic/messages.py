@@ -24,7 +24,7 @@ async def create_message(state: ServerState, req: MessagesRequest, raw: Request)
     stops = req.stop_sequences or []
     if req.stream:
         return message_events(chat, model, stops)
-    (choice,) = await chat.generation.collect()
+    (choice,) = await chat.generation.collect(raw)
     output = chat.outputs[0]
     blocks = content_blocks(output.parse(choice.text))
     reason, sequence = stop_reason(choice.final, output.called_tools, stops)

@@ -60,7 +60,7 @@ async def run_completion(state: ServerState, req: GenerationFields, prompts: lis
     answer = _Answer(state, req, params, prompts)
     if req.stream:
         return sse_response(answer.stream(generation))
-    bodies = [answer.body(choice) for choice in await generation.collect()]
+    bodies = [answer.body(choice) for choice in await generation.collect(raw)]
     return bodies[0] if len(bodies) == 1 else bodies
 
 

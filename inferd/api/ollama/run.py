@@ -61,7 +61,7 @@ async def generate(state: ServerState, req: GenerationRequest, prompt: Prompt, r
     head = {"model": req.model}
     if req.stream:
         return StreamingResponse(_lines(head, generation, output, shape, tail), media_type=NDJSON)
-    [choice] = await generation.collect()
+    [choice] = await generation.collect(raw)
     message = output.parse(choice.text)
     return {**head, "created_at": created_at(),
             **shape(message.content or "", message.reasoning, whole_calls(message.tool_calls)),

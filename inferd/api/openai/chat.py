@@ -23,7 +23,7 @@ async def create_chat_completion(state: ServerState, req: ChatCompletionRequest,
     chat = await submit_chat(state, req, raw)
     if req.stream:
         return sse_response(_stream(state, req, chat))
-    choices = await chat.generation.collect()
+    choices = await chat.generation.collect(raw)
     return ChatCompletionResponse(
         id=chat.request_id,
         model=req.model or state.model_name,

@@ -44,7 +44,7 @@ async def create_completion(state: ServerState, req: CompletionRequest, raw: Req
     echo = [prompt_texts[k // req.n] if req.echo else "" for k in range(len(ids))]
     if req.stream:
         return sse_response(_stream(state, req, request_id, generation, echo))
-    choices = await generation.collect()
+    choices = await generation.collect(raw)
     finals = [c.final for c in choices]
     return CompletionResponse(
         id=request_id,

@@ -55,7 +55,7 @@ async def create_response(state: ServerState, req: ResponsesRequest, raw: Reques
 
     if req.stream:
         return response_events(chat, build, finish)
-    (choice,) = await chat.generation.collect()
+    (choice,) = await chat.generation.collect(raw)
     output = chat.outputs[0]
     message = output.parse(choice.text)
     incomplete = is_incomplete(choice.final, output.called_tools)
