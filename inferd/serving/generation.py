@@ -108,6 +108,10 @@ def submit(engine: AsyncEngine, submission: Submission, prompts: Sequence[list[i
            params: Sequence[SamplingParams], constraints: Sequence | None = None) -> Generation:
     """One engine request per (prompt, params) pair, all or none.
     `constraints`: one grammar constraint (or None) per request."""
+    room = engine.engine.config.max_queue
+    if len(prompts) > room:  # no retry could help: the queue never holds them all at once
+        raise BadRequest(f"this request asks for {len(prompts)} generations (prompts x n); the server takes "
+                         f"at most {room} generations (--max-queue) in one request: send fewer", param="n")
     constraints = constraints or [None] * len(prompts)
     streams: list[RequestStream] = []
     try:
