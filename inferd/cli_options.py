@@ -21,7 +21,8 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
         if kind is bool:
             parser.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=meta["help"])
         elif kind is list:
-            items = list(default) if env is None else [v for v in env.split(",") if v]
+            # Empty items stay: INFERD_API_KEY="" (an unset shell variable) must not read as "no key".
+            items = list(default) if env is None else env.split(",")
             parser.add_argument(*names, dest=f.name, action="append", default=None, help=meta["help"])
             parser.set_defaults(**{f"_default_{f.name}": items})
         else:

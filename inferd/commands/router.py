@@ -20,8 +20,20 @@ from inferd.router.assemble import build_router_state
 log = logging.getLogger("inferd.router")
 
 
+def check_api_keys(config: RouterOptions) -> None:
+    """An explicitly empty key would turn auth off without a word: --api-key ""
+    lets every client in, --worker-api-key "" sends workers no key at all."""
+    if any(not key.strip() for key in config.api_key):
+        raise SystemExit("inferd router: an --api-key (or INFERD_API_KEY) is empty, which would turn auth off: "
+                         "give the key, or leave the option out to serve without one")
+    if config.worker_api_key is not None and not config.worker_api_key.strip():
+        raise SystemExit("inferd router: --worker-api-key (or INFERD_WORKER_API_KEY) is empty, so workers would get "
+                         "no key: give the workers' key, or leave the option out")
+
+
 def run_router(config: RouterOptions) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per forwarded request and health probe is noise
+    check_api_keys(config)
     state = build_router_state(config)
     if not state.api_keys and not is_loopback(config.host):
         log.warning("listening on %s without an API key: anyone who can reach it can use the fleet (set --api-key)",
@@ -31,8 +43,19 @@ def run_router(config: RouterOptions) -> int:
         timeout_graceful_shutdown=config.shutdown_timeout, log_level="warning", access_log=False,
     ))
 
+    async def serve_or_report() -> None:
+        # uvicorn ends a failed start-up (a port in use) with sys.exit, which would escape the
+        # event loop as a traceback after uvicorn's own clear line: add ours and return instead.
+        try:
+            await server.serve()
+        except SystemExit:
+            if server.started:
+                raise
+            log.error("could not listen on %s:%d: stop what is using it, or pick another --host/--port",
+                      config.host, config.port)
+
     async def main() -> None:
-        serving = asyncio.create_task(server.serve())
+        serving = asyncio.create_task(serve_or_report())
         while not server.started:
             if serving.done():
                 return await serving

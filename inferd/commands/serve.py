@@ -13,10 +13,12 @@ import logging
 import os
 import signal
 import threading
+from types import SimpleNamespace
 
 import torch
 import uvicorn
 
+from inferd.chat.template import TemplateError, chat_template_for
 from inferd.commands.listen import is_loopback
 from inferd.config import ServeConfig
 from inferd.discovery import registration
@@ -26,17 +28,56 @@ from inferd.models.paths import resolve_model_path
 from inferd.server.app import build_app
 from inferd.server.assemble import attach_model, new_state
 from inferd.serving.state import ServerState
-from inferd.store.responses import ResponseStore, default_data_dir
+from inferd.store.responses import ResponseStore, StoreError, default_data_dir
 
 log = logging.getLogger("inferd.serve")
 
 
 def read_api_keys(config: ServeConfig) -> frozenset[str]:
-    keys = {k for k in config.api_key if k}
+    """The keys clients must send. An explicitly empty key (`--api-key "$KEY"`
+    with KEY unset) or a key file with none would turn auth off without a word:
+    both end start-up instead."""
+    if any(not key.strip() for key in config.api_key):
+        raise SystemExit("inferd: an --api-key (or INFERD_API_KEY) is empty, which would turn auth off: "
+                         "give the key, or leave the option out to serve without one")
+    keys = set(config.api_key)
     if config.api_key_file:
-        with open(config.api_key_file) as f:
-            keys |= {line.strip() for line in f if line.strip() and not line.startswith("#")}
+        try:
+            with open(config.api_key_file) as f:
+                from_file = {line.strip() for line in f if line.strip() and not line.strip().startswith("#")}
+        except (OSError, UnicodeDecodeError) as error:
+            raise SystemExit(f"inferd: cannot read --api-key-file {config.api_key_file}: "
+                             f"{getattr(error, 'strerror', None) or error}") from None
+        if not from_file:
+            raise SystemExit(f"inferd: --api-key-file {config.api_key_file} has no keys, which would turn auth off: "
+                             "put one key per line in it, or leave the option out")
+        keys |= from_file
     return frozenset(keys)
+
+
+def check_chat_template(config: ServeConfig) -> None:
+    """An --chat-template that names no built-in or file, or does not compile,
+    fails start-up with the template's own error, before any weights load."""
+    if not config.chat_template:
+        return
+    no_tokenizer = SimpleNamespace(chat_template=None, bos_token=None, eos_token=None)
+    try:
+        chat_template_for(no_tokenizer, config.chat_template)
+    except TemplateError as error:
+        message = str(error)
+        if "--chat-template" not in message:
+            message = f"--chat-template {config.chat_template}: {message}"
+        raise SystemExit(f"inferd: {message}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise SystemExit(f"inferd: cannot read --chat-template {config.chat_template}: "
+                         f"{getattr(error, 'strerror', None) or error}") from None
+
+
+def open_responses_store(config: ServeConfig) -> ResponseStore:
+    try:
+        return ResponseStore.in_dir(config.data_dir or default_data_dir(), config.responses_ttl, config.responses_max)
+    except StoreError as error:
+        raise SystemExit(f"inferd: {error}") from None
 
 
 def load_engine(state: ServerState, on_ready=None) -> None:
@@ -75,9 +116,11 @@ def run_serve(config: ServeConfig) -> int:
         registration.check_options(config.register, config.register_ttl)
         if config.host.endswith(".sock") and not config.advertise_url:
             raise SystemExit("inferd: --register on a Unix socket needs --advertise-url (routers connect over HTTP)")
-    state = new_state(config, name, read_api_keys(config))
-    state.responses_store = ResponseStore.in_dir(config.data_dir or default_data_dir(), config.responses_ttl,
-                                                 config.responses_max)
+    # Everything that can be checked before the socket opens and weights load is checked here.
+    api_keys = read_api_keys(config)
+    check_chat_template(config)
+    state = new_state(config, name, api_keys)
+    state.responses_store = open_responses_store(config)
     state.responses_store.purge_expired()
     if not state.api_keys and not is_loopback(config.host):
         log.warning("listening on %s without an API key: anyone who can reach it can use it (set --api-key)", config.host)
@@ -95,7 +138,7 @@ def run_serve(config: ServeConfig) -> int:
 
     async def main() -> None:
         loop = server.loop = asyncio.get_running_loop()
-        serving = asyncio.create_task(server.serve())
+        serving = asyncio.create_task(serve_or_report(server, config))
         while not server.started:
             if serving.done():
                 return await serving
@@ -127,7 +170,21 @@ def run_serve(config: ServeConfig) -> int:
             state.engine.shutdown()
 
     asyncio.run(main())
-    return 1 if state.load_failed else 0
+    return 1 if state.load_failed or not server.started else 0
+
+
+async def serve_or_report(server: uvicorn.Server, config) -> None:
+    """`server.serve()`, where a socket that cannot be opened (a port in use)
+    is the one line uvicorn logs plus ours, not a traceback: uvicorn ends its
+    start-up with sys.exit, which would escape the event loop. The caller sees
+    `server.started` false."""
+    try:
+        await server.serve()
+    except SystemExit:
+        if server.started:
+            raise
+        where = config.host if config.host.endswith(".sock") else f"{config.host}:{config.port}"
+        log.error("could not listen on %s: stop what is using it, or pick another --host/--port", where)
 
 
 class _Server(uvicorn.Server):

@@ -5,6 +5,10 @@ server restarts.
 Each row keeps the request, the response object and the conversation that
 produced it (chat messages), which is what a later turn prepends. Rows expire
 after a TTL, and the table keeps at most `max_rows`, dropping the oldest.
+
+Faults are `StoreError`s naming the file: one that cannot be opened (a data
+dir that is a file, a corrupted database) and a row that cannot be read back.
+A StoreError is the server's fault, never a ValueError (a client's 400).
 """
 
 from __future__ import annotations
@@ -39,6 +43,16 @@ def default_data_dir() -> Path:
     return Path(base) / "inferd"
 
 
+class StoreError(Exception):
+    """The store cannot be opened or read; the message names the file."""
+
+
+class UnreadableResponse(StoreError):
+    def __init__(self, id: str, path: Path, reason: str):
+        super().__init__(f"stored response {id!r} in {path} is unreadable: {reason}")
+        self.id, self.path = id, path
+
+
 @dataclass
 class StoredResponse:
     id: str
@@ -52,15 +66,32 @@ class StoredResponse:
 class ResponseStore:
     def __init__(self, path: str | os.PathLike, ttl: float, max_rows: int, clock: Callable[[], float] = time.time):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.ttl, self.max_rows, self.clock = ttl, max_rows, clock
+        folder = self.path.parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            reason = "it is a file, not a folder" if folder.is_file() else error.strerror or str(error)
+            raise StoreError(f"cannot use {folder} as the data dir ({reason}): "
+                             "pick another --data-dir, or move what is there away") from None
         # One connection shared by the server's threads; the lock serialises its use.
-        self._db = sqlite3.connect(self.path, check_same_thread=False)
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False)
+        except sqlite3.Error as error:
+            raise StoreError(f"cannot open the responses store {self.path} ({error}): "
+                             "check its permissions or pick another --data-dir") from None
         self._lock = threading.Lock()
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+        try:
+            with self._lock:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.executescript(_SCHEMA)
+                self._db.execute("SELECT COUNT(*) FROM responses").fetchone()
+        except sqlite3.Error as error:
+            self._db.close()
+            raise StoreError(f"the responses store {self.path} is unreadable ({error}): move the file away "
+                             "(a new, empty store is made; stored responses are lost) or pick another --data-dir"
+                             ) from None
 
     @classmethod
     def in_dir(cls, data_dir: str | os.PathLike, ttl: float, max_rows: int) -> "ResponseStore":
@@ -78,14 +109,23 @@ class ResponseStore:
             )
 
     def get(self, id: str) -> StoredResponse | None:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT id, created_at, expires_at, request, response, messages FROM responses "
-                "WHERE id = ? AND expires_at > ?", (id, self.clock()),
-            ).fetchone()
+        try:
+            with self._lock:
+                row = self._db.execute(
+                    "SELECT id, created_at, expires_at, request, response, messages FROM responses "
+                    "WHERE id = ? AND expires_at > ?", (id, self.clock()),
+                ).fetchone()
+        except sqlite3.DatabaseError as error:
+            raise UnreadableResponse(id, self.path, f"{type(error).__name__}: {error}") from None
         if row is None:
             return None
-        return StoredResponse(row[0], row[1], row[2], json.loads(row[3]), json.loads(row[4]), json.loads(row[5]))
+        try:
+            request, response, messages = json.loads(row[3]), json.loads(row[4]), json.loads(row[5])
+        except (ValueError, TypeError) as error:
+            raise UnreadableResponse(id, self.path, f"{type(error).__name__}: {error}") from None
+        if not (isinstance(request, dict) and isinstance(response, dict) and isinstance(messages, list)):
+            raise UnreadableResponse(id, self.path, "its stored JSON does not have the stored shape")
+        return StoredResponse(row[0], row[1], row[2], request, response, messages)
 
     def delete(self, id: str) -> bool:
         """True when a live row was there to delete."""

@@ -4,12 +4,15 @@ retrieve / delete / cancel operations on one stored response."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from inferd.api.responses.convert import output_messages
 from inferd.api.responses.protocol import DeletedResponse
-from inferd.http.errors import NotFound
+from inferd.http.errors import APIError, NotFound
 from inferd.serving.state import ServerState
-from inferd.store.responses import StoredResponse
+from inferd.store.responses import StoredResponse, UnreadableResponse
+
+log = logging.getLogger(__name__)
 
 
 def _not_found(id: str, param: str | None = None, code: str | None = None) -> NotFound:
@@ -17,8 +20,21 @@ def _not_found(id: str, param: str | None = None, code: str | None = None) -> No
 
 
 async def find(state: ServerState, id: str) -> StoredResponse | None:
+    """A stored response that cannot be read back is the server's fault: a 500
+    naming it (the log says where and why; the client is told neither)."""
     store = state.responses_store
-    return None if store is None else await asyncio.to_thread(store.get, id)
+    if store is None:
+        return None
+    try:
+        return await asyncio.to_thread(store.get, id)
+    except UnreadableResponse as error:
+        raise _unreadable(error) from None
+
+
+def _unreadable(error: UnreadableResponse) -> APIError:
+    log.error("%s", error)
+    return APIError(f"the stored response '{error.id}' is unreadable (the server's store is damaged); "
+                    "see the server log", code="stored_response_unreadable")
 
 
 async def chain_messages(state: ServerState, previous_id: str | None) -> list[dict]:
@@ -28,7 +44,11 @@ async def chain_messages(state: ServerState, previous_id: str | None) -> list[di
     stored = await find(state, previous_id)
     if stored is None:
         raise _not_found(previous_id, "previous_response_id", "previous_response_not_found")
-    return stored.messages + output_messages(stored.response["output"])
+    try:
+        return stored.messages + output_messages(stored.response["output"])
+    except (KeyError, TypeError, AttributeError) as error:
+        store = state.responses_store
+        raise _unreadable(UnreadableResponse(previous_id, store.path, f"its output does not read: {error!r}")) from None
 
 
 async def save(state: ServerState, request: dict, response: dict, conversation: list[dict]) -> None:
