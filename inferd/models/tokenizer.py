@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -15,6 +16,10 @@ __all__ = ["FimTokens", "Tokenizer", "TokenizerLoadError", "load_tokenizer"]
 
 class InvalidTextError(ValueError):
     """Input that cannot be tokenized as text."""
+
+
+# Texts at least this long are encoded without holding the GIL.
+GIL_FREE_FROM = 4096
 
 
 class TokenizerLoadError(ValueError):
@@ -83,7 +88,10 @@ class Tokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         try:
-            ids = self.inner.encode(text, add_special_tokens=False).ids
+            if len(text) < GIL_FREE_FROM:
+                ids = self.inner.encode(text, add_special_tokens=False).ids
+            else:  # the batch call lets go of the GIL, so other threads (the event loop) run meanwhile
+                ids = self.inner.encode_batch([text], add_special_tokens=False)[0].ids
         except TypeError:
             # JSON can carry lone UTF-16 surrogates ("\ud800"), which are not text.
             if any("\ud800" <= ch <= "\udfff" for ch in text):
@@ -92,6 +100,15 @@ class Tokenizer:
         if add_special_tokens and self.add_bos and (not ids or ids[0] != self.bos_token_id):
             ids.insert(0, self.bos_token_id)
         return ids
+
+    @functools.cached_property
+    def max_token_chars(self) -> int:
+        """The most characters one token can stand for (its longest piece, special tokens included)."""
+        return max(map(len, self.inner.get_vocab(with_added_tokens=True)), default=1)
+
+    def fewest_tokens(self, text: str) -> int:
+        """A lower bound on `len(encode(text))`, known without encoding."""
+        return -(-len(text) // self.max_token_chars)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         if skip_special_tokens:

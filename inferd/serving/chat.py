@@ -20,6 +20,7 @@ from inferd.serving.chat_request import ChatCompletionRequest
 from inferd.serving.generation import Generation, Submission, new_id, request_priority, submit
 from inferd.serving.sampling import default_max_tokens, sampling_params
 from inferd.serving.state import ServerState
+from inferd.serving.tokens import encode_prompt, off_loop
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,8 @@ async def submit_chat(state: ServerState, req: ChatCompletionRequest, raw: Reque
         # Marker ids let forced-call grammars use the model's own marker tokens.
         return tool_parser_cls(token_id=engine.tokenizer.token_to_id) if tool_parser_cls else None
 
-    prompt = submitted_prompt(state.template, req)
-    prompt_ids = engine.tokenizer.encode(prompt)
+    prompt = await off_loop(submitted_prompt, state.template, req)
+    prompt_ids = await encode_prompt(engine.tokenizer, prompt, engine.engine.max_model_len, param="messages")
     spec = output_grammar(req, mode, new_tool_parser())
     if spec is not None:  # a first-seen large schema can take a moment to compile
         await asyncio.to_thread(state.grammar.validate, spec)

@@ -14,6 +14,7 @@ from inferd.api.anthropic.stream import message_events
 from inferd.serving.chat import submit_chat
 from inferd.serving.chat_prompt import submitted_prompt_ids
 from inferd.serving.state import ServerState
+from inferd.serving.tokens import off_loop
 
 
 async def create_message(state: ServerState, req: MessagesRequest, raw: Request):
@@ -32,9 +33,9 @@ async def create_message(state: ServerState, req: MessagesRequest, raw: Request)
                             stop_sequence=sequence, usage=usage(choice.final))
 
 
-def count_tokens(state: ServerState, req: CountTokensRequest) -> CountTokensResponse:
+async def count_tokens(state: ServerState, req: CountTokensRequest) -> CountTokensResponse:
     engine = state.require_engine()
     state.check_model(req.model)
     # The same prompt that /v1/messages would submit.
-    ids = submitted_prompt_ids(state.template, engine.tokenizer, to_counted_request(req))
+    ids = await off_loop(submitted_prompt_ids, state.template, engine.tokenizer, to_counted_request(req))
     return CountTokensResponse(input_tokens=len(ids))

@@ -23,4 +23,4 @@ async def messages(body: MessagesRequest, raw: Request, state: ServerState = Dep
 @router.post("/v1/messages/count_tokens", response_model=CountTokensResponse)
 @router.post("/messages/count_tokens", response_model=CountTokensResponse, include_in_schema=False)
 async def messages_count_tokens(body: CountTokensRequest, state: ServerState = Depends(get_state)):
-    return count_tokens(state, body)
+    return await count_tokens(state, body)

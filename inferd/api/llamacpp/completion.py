@@ -32,13 +32,18 @@ from inferd.serving.generation import (
     submit,
 )
 from inferd.serving.state import ServerState
+from inferd.serving.tokens import check_fits, off_loop
 
 log = logging.getLogger(__name__)
 
 
 async def create_completion(state: ServerState, req: CompletionRequest, raw: Request):
-    tokenizer = state.require_engine().tokenizer
-    prompts = [tokenize_prompt(tokenizer, p) for p in split_prompts(req.prompt)]
+    engine = state.require_engine()
+    split = split_prompts(req.prompt)
+    for p in split:
+        check_fits(engine.tokenizer, "".join(x for x in ([p] if isinstance(p, str) else p) if isinstance(x, str)),
+                   engine.engine.max_model_len)
+    prompts = await off_loop(lambda: [tokenize_prompt(engine.tokenizer, p) for p in split])
     return await run_completion(state, req, prompts, raw)
 
 

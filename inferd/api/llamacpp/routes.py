@@ -13,6 +13,7 @@ from inferd.api.llamacpp.slots import slots
 from inferd.api.llamacpp.tokenize import detokenize, tokenize
 from inferd.serving.chat_request import ChatCompletionRequest
 from inferd.serving.state import ServerState, get_state
+from inferd.serving.tokens import off_loop
 
 router = APIRouter(tags=["llama.cpp"])
 
@@ -31,12 +32,12 @@ async def infill(body: InfillRequest, raw: Request, state: ServerState = Depends
 
 @router.post("/tokenize")
 async def tokenize_route(body: TokenizeRequest, state: ServerState = Depends(get_state)):
-    return tokenize(state, body)
+    return await off_loop(tokenize, state, body)
 
 
 @router.post("/detokenize")
 async def detokenize_route(body: DetokenizeRequest, state: ServerState = Depends(get_state)):
-    return detokenize(state, body)
+    return await off_loop(detokenize, state, body)
 
 
 @router.post("/apply-template")

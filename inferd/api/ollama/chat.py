@@ -14,6 +14,7 @@ from inferd.serving.chat_prompt import render_chat_prompt
 from inferd.serving.chat_request import ChatCompletionRequest
 from inferd.http.errors import BadRequest
 from inferd.serving.state import ServerState
+from inferd.serving.tokens import encode_checked, off_loop
 
 NO_IMAGES = "this model takes text only; remove the images from the request"
 
@@ -44,7 +45,8 @@ def template_request(messages: list[Message], tools: list | None, think: Think |
 
 def chat_prompt(state: ServerState, messages: list[Message], tools: list | None, think: Think | None) -> Prompt:
     text = render_chat_prompt(state.template, template_request(messages, tools, think))
-    ids = state.require_engine().tokenizer.encode(text)
+    engine = state.require_engine()
+    ids = encode_checked(engine.tokenizer, text, engine.engine.max_model_len, param="messages")
     return Prompt(ids=ids, text=text, stop=list(state.template.stop), tools=bool(tools))
 
 
@@ -63,4 +65,5 @@ async def chat(state: ServerState, req: ChatRequest, raw: Request):
     if not req.messages:  # Ollama's way to load a model: nothing to generate
         return {"model": req.model, "created_at": created_at(), **_message("", None, []),
                 "done_reason": "load", "done": True}
-    return await generate(state, req, chat_prompt(state, req.messages, req.tools, req.think), raw, _message)
+    prompt = await off_loop(chat_prompt, state, req.messages, req.tools, req.think)
+    return await generate(state, req, prompt, raw, _message)

@@ -14,11 +14,13 @@ from inferd.api.ollama.run import Prompt, generate
 from inferd.engine.outputs import RequestOutput
 from inferd.http.errors import BadRequest
 from inferd.serving.state import ServerState
+from inferd.serving.tokens import encode_checked, off_loop
 
 
 def _prompt(state: ServerState, req: GenerateRequest) -> Prompt:
     if req.raw:
-        ids = state.require_engine().tokenizer.encode(req.prompt)
+        engine = state.require_engine()
+        ids = encode_checked(engine.tokenizer, req.prompt, engine.engine.max_model_len)
         prompt = Prompt(ids=ids, text=req.prompt)
     else:
         system = [Message(role="system", content=req.system)] if req.system else []
@@ -44,7 +46,7 @@ async def create_generate(state: ServerState, req: GenerateRequest, raw: Request
                          "(send raw: true with a prompt already formatted to use another)", param="template")
     if not req.prompt and not req.context:  # Ollama's way to load a model: nothing to generate
         return {"model": req.model, "created_at": created_at(), "response": "", "done": True, "done_reason": "load"}
-    prompt = _prompt(state, req)
+    prompt = await off_loop(_prompt, state, req)
 
     def context(final: RequestOutput, output_ids: list[int]) -> dict:
         return {"context": prompt.ids + output_ids}

@@ -15,6 +15,7 @@ from inferd.http.sse import DONE, sse, sse_response
 from inferd.serving.generation import Generation, Submission, check_token_ids, new_id, request_priority, submit
 from inferd.serving.sampling import LEGACY_COMPLETIONS_MAX_TOKENS, default_max_tokens, sampling_params
 from inferd.serving.state import ServerState
+from inferd.serving.tokens import encode_prompt
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,9 @@ async def create_completion(state: ServerState, req: CompletionRequest, raw: Req
         raise BadRequest("suffix is not supported; use /infill for fill-in-the-middle", param="suffix")
     tokenizer = engine.tokenizer
     prompts = req.prompts()
-    prompt_ids = [tokenizer.encode(p) if isinstance(p, str) else check_token_ids(engine, p) for p in prompts]
+    context = engine.engine.max_model_len
+    prompt_ids = [await encode_prompt(tokenizer, p, context) if isinstance(p, str) else check_token_ids(engine, p)
+                  for p in prompts]
     prompt_texts = [p if isinstance(p, str) else tokenizer.decode(p, skip_special_tokens=False) for p in prompts]
     max_tokens = default_max_tokens(req.max_tokens, state.config.default_max_tokens, LEGACY_COMPLETIONS_MAX_TOKENS)
     ids, params = [], []

@@ -15,6 +15,7 @@ from inferd.api.responses.stream import response_events
 from inferd.serving.chat import submit_chat
 from inferd.serving.chat_prompt import submitted_prompt_ids
 from inferd.serving.state import ServerState
+from inferd.serving.tokens import off_loop
 
 
 def response_object(req: ResponsesRequest, id: str, created_at: int, model: str, status: str,
@@ -70,5 +71,5 @@ async def count_input_tokens(state: ServerState, req: ResponsesRequest) -> Input
     state.check_model(req.model)
     conversation = await stored.chain_messages(state, req.previous_response_id) + input_messages(req)
     # The same prompt that POST /v1/responses would submit.
-    ids = submitted_prompt_ids(state.template, engine.tokenizer, to_chat_request(req, conversation))
+    ids = await off_loop(submitted_prompt_ids, state.template, engine.tokenizer, to_chat_request(req, conversation))
     return InputTokensResponse(input_tokens=len(ids))
