@@ -185,8 +185,8 @@ class AsyncEngine:
                     continue  # the reader went away before the engine saw it
                 try:
                     self.engine.admit(cmd)  # validated by add_request
-                except (ValueError, RuntimeError) as e:
-                    self._deliver(RequestOutput(cmd.request_id, finished=True, finish_reason="error", error=str(e)))
+                except Exception as e:  # this request alone fails; admit leaves no trace of it
+                    self._deliver(_admission_failed(cmd.request_id, e))
             elif isinstance(cmd, _Abort):
                 out = self.engine.abort(cmd.request_id)
                 if out is not None:
@@ -213,6 +213,16 @@ class AsyncEngine:
                 by_loop.setdefault(loop, []).append((stream, out))
         for loop, items in by_loop.items():
             loop.call_soon_threadsafe(_put_each, items)
+
+
+def _admission_failed(request_id: str, error: Exception) -> RequestOutput:
+    if isinstance(error, (ValueError, RuntimeError)):  # the engine's own refusals say what to change
+        message = str(error)
+    else:
+        log.error("request %s: admission failed", request_id, exc_info=error)
+        message = f"the engine could not admit this request ({type(error).__name__}); see the server log"
+    return RequestOutput(request_id, finished=True, finish_reason="error", error=message,
+                         error_is_client=isinstance(error, ValueError))
 
 
 def _put_each(items: list[tuple[asyncio.Queue, RequestOutput]]) -> None:

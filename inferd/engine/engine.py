@@ -27,6 +27,10 @@ from inferd.models.loader import LoadedModel
 log = logging.getLogger(__name__)
 
 
+def _engine_error(stage: str, error: Exception) -> str:
+    return f"this request failed in the engine while {stage} ({type(error).__name__}); see the server log"
+
+
 def kv_pool_blocks(config: EngineConfig, bytes_per_token: int) -> int:
     per_seq = -(-config.ctx_size // config.block_size)
     if config.num_kv_blocks:
@@ -81,7 +85,7 @@ class Engine:
         before its engine thread calls `admit`."""
         params, prompt = request.params, request.prompt_token_ids
         vocab = self.loaded.config.vocab_size  # the logits' width; may exceed the tokenizer's
-        params.validate(vocab)
+        params.validate(vocab, self.max_model_len)
         bad = next((t for t in prompt if not 0 <= t < vocab), None)
         if bad is not None:
             raise RequestRejected(f"prompt token id {bad} is outside the vocabulary [0, {vocab})")
@@ -107,13 +111,16 @@ class Engine:
             cache_prompt=request.cache_prompt, cache_salt=request.cache_salt, generator=make_generator(params.seed),
             steering=Steering(request.constraint, thinking),
         )
-        self.scheduler.add(req)
-        self.requests[req.request_id] = req
         detokenizer = IncrementalDetokenizer(
             self.tokenizer, req.prompt_token_ids, skip_special_tokens=params.skip_special_tokens,
             stop=params.stop, include_stop_str_in_output=params.include_stop_str_in_output,
         )
-        self._stops[req.request_id] = StopRules(params, detokenizer, self.eos_token_ids, self.max_model_len)
+        stops = StopRules(params, detokenizer, self.eos_token_ids, self.max_model_len)
+        # Everything that can fail is built; only now does the engine know the request,
+        # so a failed admission leaves nothing behind.
+        self.scheduler.add(req)
+        self.requests[req.request_id] = req
+        self._stops[req.request_id] = stops
         self._counters["prompt"] += req.num_prompt_tokens
 
     def abort(self, request_id: str, status: RequestStatus = RequestStatus.FINISHED_ABORTED) -> RequestOutput | None:
@@ -141,14 +148,17 @@ class Engine:
         return self._sample(result.logits, result.sampling)
 
     def _sample(self, logits, requests: list[Request]) -> list[RequestOutput]:
-        rows = [
-            SampleRow(
-                r.params, r.prompt_token_ids, r.output_token_ids, r.generator, self.eos_token_ids,
-                forced_token=r.steering.forced_token(), grammar=r.steering.grammar,
-            )
-            for r in requests
-        ]
+        """Sample and post-process every request of the step. A failure in one
+        request's work (its grammar, stop rules, detokenizing) ends that request
+        alone with an error; its neighbours keep generating."""
         try:
+            rows = [
+                SampleRow(
+                    r.params, r.prompt_token_ids, r.output_token_ids, r.generator, self.eos_token_ids,
+                    forced_token=r.steering.forced_token(), grammar=r.steering.grammar,
+                )
+                for r in requests
+            ]
             sampled = self.sampler(logits, rows)
         except NoValidTokenError as e:
             # Rows with no finite logit (e.g. every token banned) fail alone;
@@ -164,10 +174,24 @@ class Engine:
             if keep:
                 outputs += self._sample(logits[keep], [requests[i] for i in keep])
             return outputs
-        return [
-            self._append(req, tok, lp)
-            for req, tok, lp in zip(requests, sampled.token_ids, sampled.logprobs)
-        ]
+        except Exception as e:
+            if len(requests) == 1:
+                log.exception("request %s: sampling failed; ending this request", requests[0].request_id)
+                return [self.fail_request(requests[0], _engine_error("sampling", e))]
+            # Some row's work raised (a grammar's mask, most likely): sample each row
+            # alone, so only the one that raises again fails. Rare; the batch path stays as it is.
+            outputs = []
+            for i, req in enumerate(requests):
+                outputs += self._sample(logits[i : i + 1], [req])
+            return outputs
+        outputs = []
+        for req, tok, lp in zip(requests, sampled.token_ids, sampled.logprobs):
+            try:  # one request's post-processing: free in 3.11 unless it raises
+                outputs.append(self._append(req, tok, lp))
+            except Exception as e:
+                log.exception("request %s: processing token %d failed; ending this request", req.request_id, tok)
+                outputs.append(self.fail_request(req, _engine_error("processing its output", e), token_ids=[tok]))
+        return outputs
 
     def _append(self, req: Request, token: int, logprobs: TokenLogprobs | None) -> RequestOutput:
         req.output_token_ids.append(token)
@@ -198,8 +222,19 @@ class Engine:
         out.stop_reason = req.stop_reason
         out.usage = Usage(req.num_prompt_tokens, len(req.output_token_ids), req.num_cached_tokens)
         out.timing = RequestTiming(req.arrival_time, req.first_token_time, time.monotonic())
-        del self.requests[req.request_id]
-        del self._stops[req.request_id]
+        # pop: a request whose own work raised half-way through finishing is finished again
+        self.requests.pop(req.request_id, None)
+        self._stops.pop(req.request_id, None)
+        return out
+
+    def fail_request(
+        self, req: Request, message: str, *, client: bool = False, token_ids: list[int] | None = None
+    ) -> RequestOutput:
+        """End one request with an error, wherever it got to; `client` when its own parameters caused it."""
+        self.scheduler.finish(req, RequestStatus.FINISHED_ERROR)
+        out = self._finish_output(req, RequestOutput(req.request_id, token_ids=token_ids or []))
+        out.error = message
+        out.error_is_client = client
         return out
 
     def fail_all(self, message: str) -> list[RequestOutput]:

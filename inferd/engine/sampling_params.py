@@ -10,6 +10,14 @@ from typing import NoReturn
 MAX_LOGPROBS = 20
 # Bias magnitude limit shared by the OpenAI-style APIs; -inf (a ban) is allowed on top.
 MAX_LOGIT_BIAS = 100.0
+# What one request may make the engine hold and do per token. The loop guard keeps
+# max_pattern_size tokens and compares each new token against each of them, in Python.
+MAX_LOOP_PATTERN_SIZE = 1024
+# Stop strings are searched for in every text delta, and a partial match is held back.
+MAX_STOP_STRINGS = 32
+MAX_STOP_STRING_LENGTH = 512  # characters
+# Stop token ids are a set per request, rebuilt per step while min_tokens masks them.
+MAX_STOP_TOKEN_IDS = 1024
 
 
 class SamplingParamsError(ValueError):
@@ -51,8 +59,9 @@ class SamplingParams:
         # Below this, temperature scaling leaves float32's range; it means "argmax" anyway.
         return self.temperature < GREEDY_BELOW
 
-    def validate(self, vocab_size: int) -> None:
-        """Raise SamplingParamsError for the first parameter outside its allowed range."""
+    def validate(self, vocab_size: int, max_model_len: int | None = None) -> None:
+        """Raise SamplingParamsError for the first parameter outside its allowed range.
+        `max_model_len` (the context size), when given, also bounds the loop guard."""
         if self.max_tokens is not None:
             _require_int("max_tokens", self.max_tokens)
             if self.max_tokens < 1:
@@ -70,6 +79,7 @@ class SamplingParams:
             if self.max_pattern_size < 1 or self.min_count < 2:
                 _fail("max_pattern_size", "the loop guard needs max_pattern_size >= 1 and min_count >= 2, "
                                           f"got {self.max_pattern_size} and {self.min_count}")
+            self._validate_loop_guard_size(max_model_len)
         _require_int("min_tokens", self.min_tokens)
         if self.min_tokens < 0:
             _fail("min_tokens", f"min_tokens must be >= 0, got {self.min_tokens!r}")
@@ -116,11 +126,39 @@ class SamplingParams:
             if not 0 <= self.logprobs <= MAX_LOGPROBS:
                 _fail("logprobs", f"logprobs must be in [0, {MAX_LOGPROBS}] or None, got {self.logprobs!r}")
 
+        if len(self.stop) > MAX_STOP_STRINGS:
+            _fail("stop", f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(self.stop)}; "
+                          "send fewer stop strings")
         for stop_string in self.stop:
             if not isinstance(stop_string, str) or not stop_string:
                 _fail("stop", f"stop entries must be non-empty strings, got {stop_string!r}")
+            if len(stop_string) > MAX_STOP_STRING_LENGTH:
+                _fail("stop", f"stop strings must be at most {MAX_STOP_STRING_LENGTH} characters, "
+                              f"got one of {len(stop_string)}; shorten it")
+        if len(self.stop_token_ids) > MAX_STOP_TOKEN_IDS:
+            _fail("stop_token_ids", f"at most {MAX_STOP_TOKEN_IDS} stop_token_ids are allowed, "
+                                    f"got {len(self.stop_token_ids)}; send fewer")
         for token_id in self.stop_token_ids:
             _require_token_id("stop_token_ids", token_id, vocab_size)
+
+    def _validate_loop_guard_size(self, max_model_len: int | None) -> None:
+        """A loop is seen once min_count copies of a pattern are in the output, so
+        max_pattern_size * min_count tokens must fit the context; and the guard's
+        per-token work grows with max_pattern_size, so that has a ceiling too."""
+        size, count = self.max_pattern_size, self.min_count
+        if max_model_len is not None and size * count > max_model_len:
+            if count > max_model_len:  # not even a 1-token pattern fits
+                _fail("min_count", f"min_count must be at most {max_model_len} with this context "
+                                   f"(--ctx-size {max_model_len}), got {count}: max_pattern_size * min_count "
+                                   "tokens must fit the context; lower min_count")
+            _fail("max_pattern_size", f"max_pattern_size * min_count ({size} * {count} = {size * count} tokens) "
+                                      f"must not exceed the context size {max_model_len} (--ctx-size): a loop "
+                                      "longer than the context can never be seen; lower max_pattern_size to at "
+                                      f"most {min(max_model_len // count, MAX_LOOP_PATTERN_SIZE)}")
+        if size > MAX_LOOP_PATTERN_SIZE:
+            _fail("max_pattern_size", f"max_pattern_size must be at most {MAX_LOOP_PATTERN_SIZE}, got {size}: "
+                                      "the loop guard compares every new token with that many earlier ones; "
+                                      "lower max_pattern_size")
 
 
 def _fail(field_name: str, message: str) -> NoReturn:

@@ -129,7 +129,10 @@ class ChatCompletionRequest(SamplingFields):
     thinking_budget_tokens: int | None = None
     thinking_token_budget: int | None = None
     thinking_budget: int | None = None
-    max_pattern_size: int = Field(0, ge=0, description="loop guard: longest repeated pattern, in tokens")
+    # le: the engine's MAX_LOOP_PATTERN_SIZE, written out: the router reads this model and imports no engine
+    max_pattern_size: int = Field(0, ge=0, le=1024,
+                                  description="loop guard: longest repeated pattern, in tokens; "
+                                              "max_pattern_size * min_count must also fit the context")
     min_count: int = Field(0, ge=0, description="loop guard: repeats that end generation")
 
     @model_validator(mode="after")

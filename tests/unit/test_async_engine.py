@@ -94,3 +94,58 @@ def test_errors_raise_from_add_request_itself(engine):
             stream.close()
 
     asyncio.run(main())
+
+
+class RaisingConstraint:
+    """Allows every token; `accept` fails (a broken grammar object)."""
+
+    def fill_mask(self, bitmask, row):
+        pass
+
+    def accept(self, token_id):
+        raise RuntimeError("accept blew up")
+
+    finished = False
+    error = None
+
+
+def test_one_requests_failure_ends_only_that_request(engine, monkeypatch):
+    import inferd.engine.engine as engine_module
+
+    real = engine_module.StopRules
+
+    def stop_rules(params, *args, **kw):
+        if params.max_tokens == 7:  # the request "admit-fails"
+            raise MemoryError("no room")
+        return real(params, *args, **kw)
+
+    monkeypatch.setattr(engine_module, "StopRules", stop_rules)
+    greedy = SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True)
+
+    async def main():
+        good = asyncio.create_task(collect(engine, "neighbour", greedy, (2, 60, 61)))
+        await asyncio.sleep(0)
+        step_fails = collect_request(engine, EngineRequest("step-fails", [2, 62, 63], greedy, constraint=RaisingConstraint()))
+        admit_fails = collect(engine, "admit-fails", SamplingParams(max_tokens=7), (2, 64, 65))
+        # bounded: a dead engine thread would leave every stream waiting forever
+        return await asyncio.wait_for(asyncio.gather(good, step_fails, admit_fails), 30)
+
+    good, step_fails, admit_fails = asyncio.run(main())
+    assert good[-1].finish_reason == "length" and sum(len(o.token_ids) for o in good) == 30
+    for outs in (step_fails, admit_fails):
+        assert outs[-1].finished and outs[-1].finish_reason == "error" and outs[-1].error
+        assert "internal engine error" not in outs[-1].error
+
+
+async def collect_request(engine, request):
+    return [out async for out in engine.generate(request)]
+
+
+def test_a_huge_loop_guard_is_refused_at_add_request_and_the_engine_keeps_serving(engine):
+    async def main():
+        for size in (10**12, 10**7):
+            with pytest.raises(ValueError, match="max_pattern_size"):
+                engine.add_request(EngineRequest("huge", [2, 3], SamplingParams(max_tokens=4, max_pattern_size=size, min_count=2)))
+        return await collect(engine, "after", SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True))
+
+    assert asyncio.run(main())[-1].finish_reason == "length"

@@ -13,7 +13,7 @@ from inferd.config import EngineConfig
 from inferd.engine.engine import Engine
 from inferd.engine.engine_request import EngineRequest
 from inferd.engine.errors import RequestRejected
-from inferd.engine.sampling_params import SamplingParams
+from inferd.engine.sampling_params import SamplingParams, SamplingParamsError
 from inferd.models.loader import load_model
 from validation_counter import count_validation
 
@@ -37,7 +37,7 @@ def run(engine: Engine, requests: dict[str, tuple[list[int], SamplingParams]], *
     finals = {}
     while engine.has_work:
         for out in engine.step():
-            tokens[out.request_id] += out.token_ids
+            tokens.setdefault(out.request_id, []).extend(out.token_ids)
             if out.finished:
                 finals[out.request_id] = out
     return tokens, finals
@@ -209,3 +209,79 @@ def test_the_engine_leaves_chat_alone_and_its_request_types_leave_torch_alone():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     light, chat = json.loads(out.stdout)
     assert "torch" not in light and chat == []
+
+
+# -- per-request sizes are bounded; one request's failure is its own ------------------------------
+
+
+@pytest.mark.parametrize("size", [10**12, 10**7, 129])
+def test_a_loop_guard_longer_than_the_context_is_refused_naming_the_field(loaded, size):
+    engine = make_engine(loaded)  # a 256-token context: 2 copies of 129 tokens can never be seen
+    params = SamplingParams(max_tokens=4, max_pattern_size=size, min_count=2)
+    with pytest.raises(SamplingParamsError) as caught:
+        engine.add_request(EngineRequest("a", prompt(4), params))
+    assert caught.value.field == "max_pattern_size"
+    assert "max_pattern_size" in str(caught.value) and "256" in str(caught.value)
+    assert not engine.has_work
+
+
+def test_a_huge_min_count_is_refused_too(loaded):
+    engine = make_engine(loaded)
+    with pytest.raises(SamplingParamsError, match="min_count") as caught:
+        engine.add_request(EngineRequest("a", prompt(4), SamplingParams(max_pattern_size=1, min_count=10**12)))
+    assert caught.value.field == "min_count"
+
+
+def test_a_loop_guard_that_fits_the_context_runs(loaded):
+    engine = make_engine(loaded)
+    params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True, max_pattern_size=128, min_count=2)
+    _, finals = run(engine, {"a": (prompt(4), params)})
+    assert finals["a"].finish_reason in ("length", "stop")
+
+
+class RaisingConstraint:
+    """A grammar that allows every token but fails in `method` (an engine bug or a broken grammar object)."""
+
+    def __init__(self, method: str):
+        self.method = method
+
+    def fill_mask(self, bitmask, row):
+        if self.method == "fill_mask":
+            raise RuntimeError("fill_mask blew up")
+
+    def accept(self, token_id):
+        if self.method == "accept":
+            raise RuntimeError("accept blew up")
+
+    finished = False
+    error = None
+
+
+@pytest.mark.parametrize("method", ["fill_mask", "accept"])
+def test_a_request_whose_step_work_raises_fails_alone(loaded, method):
+    engine = make_engine(loaded)
+    engine.add_request(EngineRequest("bad", prompt(5), GREEDY, constraint=RaisingConstraint(method)))
+    toks, finals = run(engine, {"good": (prompt(6), GREEDY)})
+    assert finals["bad"].finish_reason == "error" and finals["bad"].error
+    assert finals["bad"].error_is_client is False
+    assert finals["good"].finish_reason == "length" and len(toks["good"]) == 12
+    assert engine.pool.num_used == 0 and not engine.requests
+
+
+def test_a_failed_admission_leaves_no_trace(loaded, monkeypatch):
+    import inferd.engine.engine as engine_module
+
+    real = engine_module.StopRules
+
+    def stop_rules(params, *args, **kw):
+        if params.max_tokens == 7:
+            raise MemoryError("no room")
+        return real(params, *args, **kw)
+
+    monkeypatch.setattr(engine_module, "StopRules", stop_rules)
+    engine = make_engine(loaded)
+    with pytest.raises(MemoryError):
+        engine.add_request(EngineRequest("bad", prompt(5), SamplingParams(max_tokens=7)))
+    assert not engine.has_work and not engine.requests
+    toks, finals = run(engine, {"good": (prompt(6), GREEDY)})
+    assert finals["good"].finish_reason == "length" and len(toks["good"]) == 12

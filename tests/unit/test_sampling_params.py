@@ -100,3 +100,70 @@ def test_invalid_values_name_the_field_value_and_range(fields, field, message):
 @pytest.mark.parametrize(("temperature", "greedy"), [(0.0, True), (0, True), (1e-6, True), (1e-300, True), (1e-4, False), (1.0, False)])
 def test_greedy_means_zero_temperature(temperature, greedy):
     assert SamplingParams(temperature=temperature).greedy is greedy
+
+
+# -- what one request may make the engine hold and do per token ----------------------------------
+
+from inferd.engine.sampling_params import (  # noqa: E402
+    MAX_LOOP_PATTERN_SIZE,
+    MAX_STOP_STRING_LENGTH,
+    MAX_STOP_STRINGS,
+    MAX_STOP_TOKEN_IDS,
+)
+
+
+@pytest.mark.parametrize(
+    ("fields", "max_model_len"),
+    [
+        (dict(max_pattern_size=MAX_LOOP_PATTERN_SIZE, min_count=2), None),
+        (dict(max_pattern_size=128, min_count=2), 256),  # exactly the context
+        (dict(max_pattern_size=1, min_count=256), 256),
+        (dict(stop=["x" * MAX_STOP_STRING_LENGTH] * MAX_STOP_STRINGS), None),
+        (dict(stop_token_ids=[0] * MAX_STOP_TOKEN_IDS), None),
+    ],
+)
+def test_sizes_at_their_bounds_are_valid(fields, max_model_len):
+    SamplingParams(**fields).validate(VOCAB, max_model_len)
+
+
+@pytest.mark.parametrize(
+    ("fields", "max_model_len", "field", "message"),
+    [
+        (
+            dict(max_pattern_size=10**12, min_count=2), 4096, "max_pattern_size",
+            "max_pattern_size * min_count (1000000000000 * 2 = 2000000000000 tokens) must not exceed the context "
+            "size 4096 (--ctx-size): a loop longer than the context can never be seen; lower max_pattern_size to "
+            "at most 1024",
+        ),
+        (
+            dict(max_pattern_size=10**7, min_count=2), 4096, "max_pattern_size",
+            "lower max_pattern_size to at most 1024",
+        ),
+        (dict(max_pattern_size=129, min_count=2), 256, "max_pattern_size", "lower max_pattern_size to at most 128"),
+        (dict(max_pattern_size=1, min_count=257), 256, "min_count", "min_count must be at most 256"),
+        (dict(max_pattern_size=1, min_count=10**12), 256, "min_count", "lower min_count"),
+        (
+            dict(max_pattern_size=MAX_LOOP_PATTERN_SIZE + 1, min_count=2), None, "max_pattern_size",
+            "max_pattern_size must be at most 1024, got 1025",
+        ),
+        (dict(max_pattern_size=2000, min_count=2), 10**6, "max_pattern_size", "must be at most 1024, got 2000"),
+        (dict(stop=["a"] * (MAX_STOP_STRINGS + 1)), None, "stop", "at most 32 stop strings are allowed, got 33"),
+        (dict(stop=["a" * (MAX_STOP_STRING_LENGTH + 1)]), None, "stop", "at most 512 characters, got one of 513"),
+        (
+            dict(stop_token_ids=[0] * (MAX_STOP_TOKEN_IDS + 1)), None, "stop_token_ids",
+            "at most 1024 stop_token_ids are allowed, got 1025",
+        ),
+    ],
+)
+def test_sizes_past_their_bounds_name_the_field_the_limit_and_the_fix(fields, max_model_len, field, message):
+    with pytest.raises(SamplingParamsError) as caught:
+        SamplingParams(**fields).validate(VOCAB, max_model_len)
+    assert caught.value.field == field
+    assert message in str(caught.value)
+
+
+def test_the_chat_requests_loop_guard_bound_is_the_engines():
+    from inferd.serving.chat_request import ChatCompletionRequest
+
+    bound = [m.le for m in ChatCompletionRequest.model_fields["max_pattern_size"].metadata if hasattr(m, "le")]
+    assert bound == [MAX_LOOP_PATTERN_SIZE]
