@@ -46,10 +46,11 @@ async def cache_view(worker_id: str, state: RouterState = Depends(get_state)):
 @router.get("/health")
 @router.get("/v1/health", include_in_schema=False)
 async def health(state: RouterState = Depends(get_state)):
-    routable = len(state.fleet.routable())
-    if routable == 0:
+    # Counts proven workers only, so the count holds still while a dead one is probed.
+    healthy = len(state.fleet.healthy())
+    if healthy == 0:
         return JSONResponse({"status": "no workers", "workers": 0}, status_code=503, headers={"Retry-After": "2"})
-    return {"status": "ok", "workers": routable}
+    return {"status": "ok", "workers": healthy}
 
 
 @router.get("/metrics", include_in_schema=False)

@@ -104,6 +104,9 @@ class Fleet:
     def routable(self) -> list[Worker]:
         return [w for w in self.workers.values() if w.routable]
 
+    def healthy(self) -> list[Worker]:
+        return [w for w in self.workers.values() if w.healthy]
+
     def candidates(self, model: str | None, exclude: Iterable[str] = ()) -> list[Worker]:
         """Routable workers that serve `model` (one of unknown model takes any).
         A name no worker serves goes to any worker, which answers its own 404;

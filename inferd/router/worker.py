@@ -25,6 +25,12 @@ class Worker:
         return self.ready and self.breaker.allows()
 
     @property
+    def healthy(self) -> bool:
+        """Ready, with a closed breaker: a worker on probation (half-open) takes
+        traffic to prove itself, but is not counted as healthy until it has."""
+        return self.ready and self.breaker.allows() and self.breaker.state == "closed"
+
+    @property
     def state(self) -> str:
         if not self.breaker.allows():
             return "unhealthy"

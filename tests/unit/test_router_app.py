@@ -329,6 +329,26 @@ def test_health_counts_routable_workers(pair, router_for):
     assert (r.status_code, r.json()) == (503, {"status": "no workers", "workers": 0})
 
 
+def test_health_does_not_count_a_dead_worker_while_it_is_probed(pair, router_for):
+    first, second = pair
+    router = router_for([first.url, second.url], breaker_failures=1, breaker_successes=2, breaker_cooldown=5)
+    first.health_status = 500
+    router.check_health()  # the breaker opens
+    counts = []
+    for _ in range(3):  # each cooldown lets a probe through; each probe fails
+        router.clock.now += 6
+        counts.append(router.http.get("/health").json()["workers"])
+        router.check_health()
+        counts.append(router.http.get("/health").json()["workers"])
+    assert counts == [1] * 6
+    first.health_status = 200  # it comes back: counted once its probes prove it
+    router.clock.now += 6
+    router.check_health()
+    assert router.http.get("/health").json()["workers"] == 1
+    router.check_health()
+    assert router.http.get("/health").json()["workers"] == 2
+
+
 def test_models_are_the_union_across_the_fleet(pair, router_for):
     first, second = pair
     first.aliases = ("gpt-4o-mini",)
