@@ -297,6 +297,13 @@ class GrammarCompiler:
         if matcher.is_error():
             message = _clean_message(matcher.get_error())
             raise GrammarError(f"invalid or unsupported {_KIND_NAMES[spec.kind]}: {message}")
+        # A grammar that only recurses ({"$ref": "#"}, root ::= root) compiles, then
+        # allows nothing: its first mask, on a copy, says so before any request runs.
+        probe = matcher.deep_copy()
+        probe.compute_bitmask()
+        if probe.is_error():
+            raise GrammarError(f"the {_KIND_NAMES[spec.kind]} can never produce any output (it only refers to "
+                               f"itself, or allows no text at all): {_clean_message(probe.get_error())}")
         return CompiledGrammar(spec, matcher)
 
 

@@ -144,3 +144,23 @@ def test_an_unreadable_body_is_a_400_that_says_why(client, body, message, path, 
             return r.status_code, read(r.json())
 
     assert run(go()) == (400, message)
+
+
+@pytest.mark.parametrize(("path", "body", "read"), [
+    ("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 4, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "s", "schema": {"$ref": "#"}}}},
+     lambda b: b["error"]["message"]),
+    ("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 4, "grammar": "root ::= root"},
+     lambda b: b["error"]["message"]),
+    ("/api/chat", {"model": "tiny", "messages": MESSAGES[1:], "stream": False, "format": {"$ref": "#"}},
+     lambda b: b["error"]),
+], ids=["openai-schema", "openai-gbnf", "ollama-format"])
+def test_a_grammar_that_can_never_produce_output_is_a_400_before_generation(client, path, body, read):
+    async def go():
+        async with client:
+            r = await client.post(path, json=body)
+            return r.status_code, read(r.json())
+
+    status, message = run(go())
+    assert status == 400
+    assert "can never produce any output" in message

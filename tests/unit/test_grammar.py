@@ -611,3 +611,11 @@ def test_a_tokenizer_without_eos_cannot_drive_constraints(byte_tokenizer):
     no_eos = Tokenizer(byte_tokenizer.inner, bos_token_id=None, eos_token_id=None, add_bos=False, chat_template=None)
     with pytest.raises(GrammarSetupError, match="no end-of-sequence token"):
         GrammarCompiler(no_eos, TINY_VOCAB)
+
+
+@pytest.mark.parametrize("spec", [GrammarSpec.json_schema({"$ref": "#"}), GrammarSpec("gbnf", "root ::= root"),
+                                  GrammarSpec("lark", "start: start")], ids=["schema-ref-self", "gbnf", "lark"])
+def test_a_grammar_that_can_never_produce_output_is_refused_at_compile_time(setup, spec):
+    compiler, _ = setup
+    with pytest.raises(GrammarError, match="can never produce any output"):
+        compiler.compile(spec)
