@@ -34,5 +34,4 @@ def encode_checked(tokenizer: Tokenizer, text: str, context: int, param: str = "
 
 
 async def encode_prompt(tokenizer: Tokenizer, text: str, context: int, param: str = "prompt") -> list[int]:
-    check_fits(tokenizer, text, context, param)
-    return await off_loop(tokenizer.encode, text)
+    return await off_loop(encode_checked, tokenizer, text, context, param)
