@@ -21,6 +21,11 @@ import torch
 from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from inferd.chat.grammar_cache import BoundedLruCache
+from inferd.chat.repetition_limits import (
+    lark_repetition_problem,
+    regex_repetition_problem,
+    schema_repetition_problem,
+)
 
 if TYPE_CHECKING:
     from inferd.models.tokenizer import Tokenizer
@@ -348,17 +353,24 @@ def _llguidance_grammar(spec: GrammarSpec) -> str:
     if spec.kind == "json_object":
         return llguidance.LLMatcher.grammar_from_json_schema('{"type":"object"}', overrides=_JSON_OPTIONS)
     if spec.kind == "json_schema":
-        _check_json_schema_size(_parse_json_schema(spec.source))
+        _check_json_schema(_parse_json_schema(spec.source))
         try:
             return llguidance.LLMatcher.grammar_from_json_schema(spec.source, overrides=_JSON_OPTIONS)
         except ValueError as error:
             raise GrammarError(f"invalid JSON schema: {error}") from None
     if spec.kind == "regex":
+        _refuse(regex_repetition_problem(spec.source))
         return llguidance.LLMatcher.grammar_from_regex(spec.source)
     lark = spec.source if spec.kind == "lark" else _gbnf_as_lark(spec.source)
+    _refuse(lark_repetition_problem(lark))
     for embedded_schema in _embedded_json_schemas(lark):
-        _check_json_schema_size(embedded_schema)
+        _check_json_schema(embedded_schema)
     return llguidance.LLMatcher.grammar_from_lark(lark)
+
+
+def _refuse(problem: str | None) -> None:
+    if problem is not None:
+        raise GrammarError(problem)
 
 
 def _parse_json_schema(source: str) -> object:
@@ -371,6 +383,11 @@ def _parse_json_schema(source: str) -> object:
     if not isinstance(schema, dict):
         raise GrammarError(f"a JSON schema must be a JSON object, not {type(schema).__name__}")
     return schema
+
+
+def _check_json_schema(schema: object) -> None:
+    _check_json_schema_size(schema)
+    _refuse(schema_repetition_problem(schema))
 
 
 def _check_json_schema_size(schema: object) -> None:

@@ -20,6 +20,9 @@ from tiny_models import TINY_VOCAB, write_byte_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import llguidance
+
+from inferd.chat import grammar
 from inferd.chat.grammar import GrammarCompiler, GrammarError, GrammarSetupError, GrammarSpec
 from inferd.chat.grammar_cache import BoundedLruCache
 from inferd.engine.sampling.grammar_mask import allocate_bitmask, apply_bitmask
@@ -363,7 +366,7 @@ def test_hostile_input_is_refused_quickly(byte_compiler, build, fragment):
     assert time.monotonic() - started < 2.0
 
 
-@pytest.mark.parametrize("regex", [r"(.*a){40}", r"[a-z]{0,100000}x", r"(a|aa)*b{1000}{1000}", r"(\w+\s*)*!"])
+@pytest.mark.parametrize("regex", [r"(.*a){40}", r"[a-z]{0,2000}x", r"(a|aa)*b{2000}", r"(\w+\s*)*!"])
 def test_pathological_regex_stays_fast_per_step(byte_compiler, regex):
     constraint = byte_compiler.constraint(GrammarSpec("regex", regex))
     bitmask = allocate_bitmask(1, TINY_VOCAB)
@@ -377,17 +380,19 @@ def test_pathological_regex_stays_fast_per_step(byte_compiler, regex):
         assert time.monotonic() - started < 0.5
 
 
-def test_a_limit_hit_mid_generation_ends_the_output_and_drops_the_grammar(byte_tokenizer):
+def test_a_limit_hit_mid_generation_ends_the_output_and_drops_the_grammar(byte_tokenizer, monkeypatch):
+    # Counts are refused above what the limits afford; shrunk limits show the guard behind that check.
+    monkeypatch.setattr(grammar, "_PARSER_LIMITS", llguidance.LLParserLimits(max_lexer_states=300, verbose_errors=False))
     compiler = GrammarCompiler(byte_tokenizer, TINY_VOCAB)  # its own cache: lexer states are shared per grammar
-    spec = GrammarSpec("regex", r"(a|aa)*b{1000}{1000}")  # b{1000}{1000} needs more lexer states than allowed
+    spec = GrammarSpec("regex", r"(a|aa)*b{1000}")  # 1000 characters need more lexer states than 300
     constraint = compiler.constraint(spec)
     assert mask_of(constraint, TINY_VOCAB) == [byte_id("a"), byte_id("b")]
-    constraint.accept(byte_id("b"))
-    assert mask_of(constraint, TINY_VOCAB) == [byte_id("b")]
-    assert constraint.error is None and spec in compiler.cache
-    constraint.accept(byte_id("b"))
-    assert constraint.finished and not constraint.accepting
-    assert constraint.error == "lexer error: too many states: 20000 >= 20000"
+    accepted = 0
+    while not constraint.finished:
+        constraint.accept(byte_id("b"))
+        accepted += 1
+    assert 100 < accepted < 300 and not constraint.accepting
+    assert constraint.error == "lexer error: too many states: 300 >= 300"
     assert spec not in compiler.cache  # later requests get a fresh lexer
     assert mask_of(constraint, TINY_VOCAB) == [1]
     constraint.accept(1)  # the EOS the mask forced
@@ -619,3 +624,27 @@ def test_a_grammar_that_can_never_produce_output_is_refused_at_compile_time(setu
     compiler, _ = setup
     with pytest.raises(GrammarError, match="can never produce any output"):
         compiler.compile(spec)
+
+
+@pytest.mark.parametrize("spec", [
+    GrammarSpec("regex", "a{1000000}"), GrammarSpec("regex", r"(\d{100}){100}"), GrammarSpec("gbnf", 'root ::= "a"{1000000}'),
+    GrammarSpec("lark", 'start: "ab" ~ 1000000'), GrammarSpec("lark", "start: /[ab]{3,5000}/"),
+    GrammarSpec.json_schema({"type": "string", "minLength": 1000000}),
+    GrammarSpec.json_schema({"type": "object", "properties": {"id": {"type": "string", "pattern": "^x{9000}$"}}}),
+], ids=["regex", "regex-nested", "gbnf", "lark-range", "lark-terminal", "schema-length", "schema-pattern"])
+def test_a_repetition_too_long_to_enforce_is_refused_at_compile_time(setup, spec):
+    # Each compiles, then runs out of lexer states or parser items part-way through a request.
+    compiler, _ = setup
+    with pytest.raises(GrammarError, match="a grammar can enforce at most 2000"):
+        compiler.compile(spec)
+
+
+@pytest.mark.parametrize("source", [r"\d{2000}", r"(\d{40}){50}", "[\u0100-\uffff]{2000}"])
+def test_the_longest_repetition_allowed_runs_to_its_end(byte_compiler, source):
+    constraint = byte_compiler.constraint(GrammarSpec("regex", source))
+    produced = 0
+    while not constraint.finished:
+        constraint.accept(mask_of(constraint, TINY_VOCAB)[0])
+        produced += 1
+    assert constraint.error is None and constraint.accepting
+    assert produced == (4000 if "\u0100" in source else 2000)  # two bytes a character beyond U+00FF
