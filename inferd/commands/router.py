@@ -1,7 +1,8 @@
 """`inferd router`: the front door over a fleet of workers.
 
 SIGTERM: stop accepting, let forwarded requests finish within
---shutdown-timeout, then stop health checks, the etcd watch and KV-event
+--shutdown-timeout and end the rest with their dialect's error (503
+"shutting down"), then stop health checks, the etcd watch and KV-event
 subscriptions, and exit 0.
 """
 
@@ -12,10 +13,13 @@ import logging
 
 import uvicorn
 
+from inferd.commands.drain import end_unfinished_before
 from inferd.commands.listen import is_loopback
 from inferd.config import RouterOptions
 from inferd.router.app import build_router_app
+from inferd.http.errors import ServiceUnavailable
 from inferd.router.assemble import build_router_state
+from inferd.router.state import RouterState
 
 log = logging.getLogger("inferd.router")
 
@@ -38,7 +42,7 @@ def run_router(config: RouterOptions) -> int:
     if not state.api_keys and not is_loopback(config.host):
         log.warning("listening on %s without an API key: anyone who can reach it can use the fleet (set --api-key)",
                     config.host)
-    server = _Server(uvicorn.Config(
+    server = _Server(state, uvicorn.Config(
         build_router_app(state), host=config.host, port=config.port,
         timeout_graceful_shutdown=config.shutdown_timeout, log_level="warning", access_log=False,
     ))
@@ -55,6 +59,7 @@ def run_router(config: RouterOptions) -> int:
                       config.host, config.port)
 
     async def main() -> None:
+        server.loop = asyncio.get_running_loop()
         serving = asyncio.create_task(serve_or_report())
         while not server.started:
             if serving.done():
@@ -71,7 +76,18 @@ def run_router(config: RouterOptions) -> int:
 
 
 class _Server(uvicorn.Server):
+    def __init__(self, state: RouterState, config: uvicorn.Config):
+        super().__init__(config)
+        self.state = state
+        self.loop: asyncio.AbstractEventLoop | None = None
+
     def handle_exit(self, sig, frame) -> None:
+        if self.loop is not None and not self.should_exit:
+            proxy = self.state.proxy
+            shutting_down = ServiceUnavailable("the router is shutting down; send the request again",
+                                               code="shutting_down")
+            end_unfinished_before(self.config.timeout_graceful_shutdown, self.loop,
+                                  lambda: proxy.cut_all(shutting_down))
         super().handle_exit(sig, frame)
         # A graceful stop is the whole answer to SIGTERM: exit 0, not -15.
         self._captured_signals.clear()

@@ -3,7 +3,8 @@
 The socket opens first (health answers 503 "loading"), weights load on a
 thread, then the engine starts; with --register the worker then enters etcd.
 SIGTERM: leave etcd first (routers stop sending), then stop accepting, let
-in-flight requests finish within --shutdown-timeout, abort the rest, exit 0.
+in-flight requests finish within --shutdown-timeout, end the rest with their
+dialect's error (503 "shutting down"), exit 0.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 import uvicorn
 
 from inferd.chat.template import TemplateError, chat_template_for
+from inferd.commands.drain import end_unfinished_before
 from inferd.commands.listen import is_loopback
 from inferd.config import ServeConfig
 from inferd.discovery import registration
@@ -223,6 +225,11 @@ class _Server(uvicorn.Server):
     def _drain(self, sig, frame) -> None:
         if self.state.engine is not None:
             self.state.engine.kv_events.close()  # endless streams would hold the drain to its timeout
+            if self.loop is not None and not self.should_exit:
+                engine, loop = self.state.engine, self.loop
+                # Stopping the engine ends each request left with a 503 or its dialect's error event.
+                end_unfinished_before(self.config.timeout_graceful_shutdown, loop,
+                                      lambda: loop.run_in_executor(None, engine.shutdown))
         super().handle_exit(sig, frame)
         # uvicorn re-raises captured signals after a graceful stop, which would
         # make a clean drain exit -15; the drain is the whole answer to SIGTERM.

@@ -23,6 +23,8 @@ from inferd.engine.outputs import EngineStats, RequestOutput
 
 log = logging.getLogger(__name__)
 
+SHUTTING_DOWN = "the server is shutting down; send the request again"
+
 
 @dataclass
 class _Abort:
@@ -97,6 +99,9 @@ class AsyncEngine:
             raise QueueFullError(f"the waiting queue is full ({self.engine.config.max_queue} requests, --max-queue)")
         stream = RequestStream(self, request.request_id)
         self._streams[request.request_id] = (asyncio.get_running_loop(), stream.queue)
+        if self._stop.is_set():  # stopped since the check above, perhaps after the last requests were failed
+            self._streams.pop(request.request_id, None)
+            raise EngineDeadError("the engine has shut down")
         self._pending += 1
         self._commands.put(request)
         return stream
@@ -168,7 +173,17 @@ class AsyncEngine:
             # Before the outputs: a client that has its answer finds its blocks in the events already.
             engine.kv_events.publish()
             self._deliver_all(outputs)
-        self._deliver_all(engine.fail_all("the server is shutting down"))
+        self._deliver_all(self._stopped_outputs())
+
+    def _stopped_outputs(self) -> list[RequestOutput]:
+        """An error for every request still in flight, admitted or still queued."""
+        outputs = self.engine.fail_all(SHUTTING_DOWN)
+        failed = {out.request_id for out in outputs}
+        outputs += [RequestOutput(request_id, finished=True, finish_reason="error", error=SHUTTING_DOWN)
+                    for request_id in list(self._streams) if request_id not in failed]
+        for out in outputs:
+            out.error_is_shutdown = True
+        return outputs
 
     def _drain_commands(self, block: bool) -> None:
         while True:

@@ -69,6 +69,7 @@ class RequestOutput:
     timing: RequestTiming | None = None  # set on the final delta
     error: str | None = None
     error_is_client: bool = False  # the request's own parameters caused the error
+    error_is_shutdown: bool = False  # the server stopped first: the same request can run elsewhere or later
 
     def merge(self, later: "RequestOutput") -> None:
         """Fold a later delta into this one (a slow reader gets fewer, larger deltas)."""
@@ -79,6 +80,7 @@ class RequestOutput:
         self.finished, self.finish_reason = later.finished, later.finish_reason
         self.stop_reason, self.usage, self.error = later.stop_reason, later.usage, later.error
         self.timing, self.error_is_client = later.timing, later.error_is_client
+        self.error_is_shutdown = later.error_is_shutdown
 
 
 @dataclass

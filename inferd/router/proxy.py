@@ -12,7 +12,8 @@
 
 Candidates already tried are excluded, so a request is tried at most once
 per worker. A client that goes away closes the worker's response, which is
-how the worker learns to stop generating.
+how the worker learns to stop generating. `Proxy.cut_all` (a drain out of
+time) ends every answer in flight the same way, with its dialect's error.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -73,6 +74,13 @@ class Proxy:
     client: httpx.AsyncClient
     request_timeout: float | None = None  # for a non-streaming answer; None waits for ever
     metrics: object | None = None  # router.metrics.RouterMetrics
+    answering: set[ProxyResponse] = field(default_factory=set)
+
+    def cut_all(self, error: APIError) -> None:
+        """End every answer in flight with `error`: a 503 in its dialect's
+        envelope if nothing was sent yet, else its dialect's error event."""
+        for response in list(self.answering):
+            response.cut(error)
 
     def timeout(self, streaming: bool) -> httpx.Timeout:
         read = None if streaming else self.request_timeout
@@ -101,11 +109,24 @@ class ProxyResponse:
     def __init__(self, proxy: Proxy, fwd: Forward):
         self.proxy = proxy
         self.fwd = fwd
+        self._serving: asyncio.Future | None = None
+        self._cut_by: APIError | None = None
+        self._started = False  # the status line went out
+        self._cutter: StreamCutter | None = None  # what ends a stream in its dialect
+
+    def cut(self, error: APIError) -> None:
+        if self._serving is not None and not self._serving.done() and self._cut_by is None:
+            self._cut_by = error
+            self._serving.cancel()
 
     async def __call__(self, scope, receive, send) -> None:
-        serve = asyncio.ensure_future(self._serve(scope, receive, send))
+        serve = self._serving = asyncio.ensure_future(self._serve_unless_cut(scope, receive, send))
         gone = asyncio.ensure_future(_client_gone(receive))
-        await asyncio.wait({serve, gone}, return_when=asyncio.FIRST_COMPLETED)
+        self.proxy.answering.add(self)
+        try:
+            await asyncio.wait({serve, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.proxy.answering.discard(self)
         if not serve.done():
             log.info("client left %s; closing the worker's response", self.fwd.path)
             serve.cancel()
@@ -115,6 +136,19 @@ class ProxyResponse:
             if isinstance(serve.exception(), OSError):
                 return  # the client went away mid-send
             raise serve.exception()
+
+    async def _serve_unless_cut(self, scope, receive, send) -> None:
+        try:
+            await self._serve(scope, receive, send)
+        except asyncio.CancelledError:
+            if self._cut_by is None:
+                raise
+            asyncio.current_task().uncancel()  # the cut is handled here; nothing above asked to stop
+            if not self._started:
+                await error_response_for_path(self.fwd.path, self._cut_by)(scope, receive, send)
+            else:
+                tail = self._cutter.error(self._cut_by) if self._cutter is not None else b""
+                await send({"type": "http.response.body", "body": tail, "more_body": False})
 
     async def _serve(self, scope, receive, send) -> None:
         proxy, fwd = self.proxy, self.fwd
@@ -126,6 +160,7 @@ class ProxyResponse:
                 decision = proxy.choose(fwd, tried)
             except LookupError as e:  # NoWorkerError, or the direct policy's DirectTargetError
                 if last_503 is not None:
+                    self._started = True
                     return await _send_whole(send, *last_503)
                 return await error_response_for_path(fwd.path, _no_worker(e, failures))(scope, receive, send)
             worker = decision.worker
@@ -177,6 +212,7 @@ class ProxyResponse:
                 worker.breaker.record_success()
                 if fwd.observe is not None and upstream.status_code == 200:
                     fwd.observe(worker, body)
+                self._started = True
                 await _send_whole(send, upstream.status_code, _headers(upstream, worker), body)
                 return None
             return await self._stream(worker, upstream, send)
@@ -188,7 +224,7 @@ class ProxyResponse:
 
     async def _stream(self, worker: Worker, upstream: httpx.Response, send) -> _Failed | None:
         fwd = self.fwd
-        cutter = StreamCutter(fwd.path, upstream.headers.get("content-type", ""))
+        cutter = self._cutter = StreamCutter(fwd.path, upstream.headers.get("content-type", ""))
         chunks = upstream.aiter_raw()
         first, ended = b"", False
         try:  # nothing reached the client yet: a failure here may still go to another worker
@@ -200,6 +236,7 @@ class ProxyResponse:
         except httpx.TransportError as e:
             return _failure(worker, e)
         worker.breaker.record_success()
+        self._started = True
         await send({"type": "http.response.start", "status": upstream.status_code,
                     "headers": _headers(upstream, worker)})
         observe = fwd.observe if upstream.status_code == 200 else None

@@ -203,6 +203,8 @@ def raise_if_failed(out: RequestOutput | None) -> None:
     if out is not None and out.finish_reason == "error":
         if out.error_is_client:
             raise BadRequest(out.error)
+        if out.error_is_shutdown:
+            raise ServiceUnavailable(out.error, code="shutting_down")
         raise APIError(out.error or "generation failed")
 
 

@@ -7,10 +7,10 @@ import asyncio
 import pytest
 
 from inferd.config import EngineConfig
-from inferd.engine.async_engine import AsyncEngine
+from inferd.engine.async_engine import SHUTTING_DOWN, AsyncEngine
 from inferd.engine.engine import Engine
 from inferd.engine.engine_request import EngineRequest
-from inferd.engine.errors import RequestRejected
+from inferd.engine.errors import EngineDeadError, RequestRejected
 from inferd.engine.sampling_params import SamplingParams
 from inferd.models.loader import load_model
 from validation_counter import count_validation
@@ -149,3 +149,22 @@ def test_a_huge_loop_guard_is_refused_at_add_request_and_the_engine_keeps_servin
         return await collect(engine, "after", SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True))
 
     assert asyncio.run(main())[-1].finish_reason == "length"
+
+
+def test_stopping_ends_running_and_waiting_requests_with_the_shutdown_error(tiny_model_dir):
+    loaded = load_model(str(tiny_model_dir), dtype="float32")
+    stopping = AsyncEngine(Engine(loaded, EngineConfig(ctx_size=128, parallel=1, block_size=4)))
+
+    async def main():
+        params = SamplingParams(max_tokens=120, temperature=0.0, ignore_eos=True)
+        streams = [stopping.add_request(EngineRequest(f"s{i}", [2, 60 + i], params)) for i in range(3)]
+        first = await streams[0].__anext__()  # one runs; two wait for its slot
+        assert not first.finished
+        await asyncio.get_running_loop().run_in_executor(None, stopping.shutdown)
+        return [[out async for out in stream][-1] for stream in streams]
+
+    for last in asyncio.run(main()):
+        assert (last.finished, last.finish_reason, last.error) == (True, "error", SHUTTING_DOWN)
+        assert last.error_is_shutdown and not last.error_is_client
+    with pytest.raises(EngineDeadError):
+        stopping.add_request(EngineRequest("late", [2, 3], SamplingParams(max_tokens=1)))
