@@ -8,7 +8,7 @@ import json
 import threading
 import time
 
-from fleet import long_context_model, start_all
+from fleet import long_context_model
 from polling import wait_for
 from router_process import RouterProcess
 from server import ServerProcess
