@@ -14,25 +14,36 @@ from __future__ import annotations
 
 import json
 import re
+from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.routing import Route
 
 from inferd.api.registry import endpoints, error_response_for_path
 from inferd.http.dialect import Endpoint
+from inferd.http.errors import BadRequest, unreadable_body
 from inferd.router.http_headers import request_headers
 from inferd.router.policies.direct import HEADER as WORKER_ID_HEADER
 from inferd.router.proxy import Forward
 from inferd.router.routing_key import routing_request
 from inferd.router.state import RouterState
-from inferd.http.errors import BadRequest, unreadable_body
 
 _RESPONSE_ID = re.compile(r"^resp_[A-Za-z0-9_-]+$")
+# What a forwarded path keeps as it is: its escapes and the characters a path may hold.
+_PATH_SAFE = "/%!$&'()*+,;=:@~-._"
 
 
 def wants_stream(endpoint: Endpoint, body: dict) -> bool:
     stream = body.get("stream")
     return stream is not False if endpoint.streams_unless_false else bool(stream)
+
+
+def forwarded_target(request: Request) -> str:
+    """The path and query as the client sent them, escapes kept: decoded, an
+    escaped control character (%00, %0A) makes a URL the HTTP client refuses."""
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    query = request.scope.get("query_string", b"")
+    return quote(raw, safe=_PATH_SAFE) + (f"?{query.decode('latin-1')}" if query else "")
 
 
 def requested_model(body: dict) -> str | None:
@@ -61,7 +72,7 @@ async def forward(request: Request, endpoint: Endpoint):
         pinned = await state.owners.locate(response_id, state.fleet, state.client, state.worker_headers)
     if endpoint.stores_response:
         observe = state.owners.learn
-    target = path + (f"?{request.url.query}" if request.url.query else "")
+    target = forwarded_target(request)
     fwd = Forward(
         method=request.method, path=path, target=target,
         headers=request_headers(list(request.scope["headers"]), state.config.worker_api_key, bool(state.api_keys)),
