@@ -1,7 +1,8 @@
 """Compile a C kernel on first use and load it with ctypes.
 
 The kernels are plain C with OpenMP, built with the system C compiler for
-this CPU (`-march=native`) in well under a second, and cached under
+this CPU (`-march=native`, or the lower instruction set `INFERD_ISA` names:
+see `isa.py`) in well under a second, and cached under
 `$XDG_CACHE_HOME/inferd/kernels` by a hash of the source (and the headers
 beside it), the flags, the compiler and the CPU, so later starts only load
 them. They link the libgomp that torch loads, so their threads are torch's
@@ -24,11 +25,12 @@ from pathlib import Path
 
 import torch
 
+from inferd.kernels import isa
 from inferd.models.tokenizer_cache import directory_accepts_writes, user_cache_dir
 
 log = logging.getLogger(__name__)
 
-_FLAGS = ["-O3", "-march=native", "-std=gnu11", "-fopenmp", "-shared", "-fPIC"]
+_FLAGS = ["-O3", "-std=gnu11", "-fopenmp", "-shared", "-fPIC"]
 
 
 def native_kernels_enabled() -> bool:
@@ -54,7 +56,7 @@ def load_library(source: Path, flags: list[str] | None = None) -> ctypes.CDLL | 
     compiler = shutil.which(os.environ.get("CC", "cc"))
     if compiler is None or not native_kernels_enabled():
         return None
-    flags = _FLAGS + _openmp_link_flags() + (flags or [])
+    flags = _FLAGS + isa.march_flags(isa.selected()) + _openmp_link_flags() + (flags or [])
     headers = [h.read_bytes() for h in sorted(source.parent.glob("*.h"))]  # what the source may include
     identity = [source.read_bytes(), *headers, " ".join(flags).encode(), compiler.encode(), _cpu_identity()]
     digest = hashlib.sha256(b"\0".join(identity)).hexdigest()[:16]

@@ -1,0 +1,378 @@
+/* Matrix products over a GGUF file's own quantized blocks, for decoding:
+ * y = x @ W.T, each row of W exactly the file's bytes, no second quantization.
+ *
+ * Formats (ggml's block layouts and dequantization; w = weight):
+ * - Q8_0, 34 bytes per 32: fp16 d, int8 q[32];                 w = d q
+ * - Q4_0, 18 bytes per 32: fp16 d, nibbles (low: 0..15, high: 16..31); w = d (q - 8)
+ * - Q5_0, 22 bytes per 32: fp16 d, 32 high bits, nibbles as Q4_0;      w = d (q - 16)
+ * - Q4_K, 144 bytes per 256: fp16 d, dmin, 12 bytes of 6-bit scales and
+ *   mins for eight sub-blocks of 32, 128 bytes of nibbles;   w = d sc q - dmin m
+ * - Q5_K, 176 bytes per 256: as Q4_K, plus 32 bytes of fifth bits
+ * - Q6_K, 210 bytes per 256: 128 bytes of low nibbles, 64 of 2-bit highs,
+ *   int8 scales for sixteen sub-blocks of 16, fp16 d;        w = d sc (q - 32)
+ *
+ * Activations are quantized to int8 per group of 32 inputs (d = max|x| / 127),
+ * so every product is an integer dot product of 32 bytes, scaled once: the
+ * arithmetic llama.cpp does, at the bandwidth a decode step needs. Each
+ * weight block is unpacked once and applied to every activation row (up to
+ * MAX_ROWS). Vector paths: AVX2 (u8 x s8 pairs), AVX-512 VNNI or AVX-VNNI
+ * (vpdpbusd); the portable path computes the same sums in scalar C.
+ *
+ * w: N rows of row_bytes; x: bf16 [M, K]; y: [M, N] float32 or bf16;
+ * bias: bf16 [N] or NULL. Threads: OpenMP over output rows.
+ */
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf16.h"
+#include "half.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#define VECTORIZED 1
+#include <immintrin.h>
+#else
+#define VECTORIZED 0
+#endif
+
+#define GROUP 32
+#define MAX_ROWS 8
+
+enum { Q4_0 = 2, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
+
+int inferd_gguf_gemv_vectorized(void) { return VECTORIZED; }
+
+/* Activation rows quantized per group: q [M][K], d and sum (of q) [M][K/32]. */
+typedef struct {
+    int8_t *q;
+    float *d;
+    int32_t *sum;
+    int64_t K, groups;
+    int M;
+} Acts;
+
+static int quantize_rows(const uint16_t *x, int M, int64_t K, Acts *a) {
+    a->K = K, a->M = M, a->groups = K / GROUP;
+    a->q = aligned_alloc(64, (size_t)((M * K + 63) / 64 * 64));
+    a->d = malloc((size_t)(M * a->groups) * sizeof(float));
+    a->sum = malloc((size_t)(M * a->groups) * sizeof(int32_t));
+    if (!a->q || !a->d || !a->sum) return -1;
+    for (int64_t g = 0; g < M * a->groups; g++) {
+        float v[GROUP], amax = 0;
+        for (int j = 0; j < GROUP; j++) {
+            v[j] = bf16_to_float(x[g * GROUP + j]);
+            amax = fmaxf(amax, fabsf(v[j]));
+        }
+        float d = amax / 127.0f, inv = d > 0 ? 1.0f / d : 0.0f;
+        int32_t sum = 0;
+        for (int j = 0; j < GROUP; j++) {
+            int8_t q = (int8_t)lrintf(v[j] * inv);
+            a->q[g * GROUP + j] = q;
+            sum += q;
+        }
+        a->d[g] = d, a->sum[g] = sum;
+    }
+    return 0;
+}
+
+static void free_rows(Acts *a) { free(a->q), free(a->d), free(a->sum); }
+
+static inline const int8_t *act_q(const Acts *a, int m, int64_t g) { return a->q + m * a->K + g * GROUP; }
+static inline float act_d(const Acts *a, int m, int64_t g) { return a->d[m * a->groups + g]; }
+static inline int32_t act_sum(const Acts *a, int m, int64_t g) { return a->sum[m * a->groups + g]; }
+
+/* Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes. */
+static inline void scale_min_k4(int j, const uint8_t *s, int *scale, int *min) {
+    if (j < 4) {
+        *scale = s[j] & 63, *min = s[j + 4] & 63;
+    } else {
+        *scale = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
+        *min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+#if VECTORIZED
+/* Eight int32 sums of four u8 x s8 products each (u <= 128, so AVX2's int16 pairs cannot saturate). */
+static inline __m256i dot_u8s8(__m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+/* The same for two signed operands: |w| times x carrying w's sign. */
+static inline __m256i dot_s8s8(__m256i w, __m256i x) { return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)); }
+
+static inline __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+static inline float sum_lanes(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* 16 bytes of nibbles -> 32 bytes: the low nibbles, then the high ones. */
+static inline __m256i split_nibbles16(const uint8_t *p) {
+    __m128i raw = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
+}
+
+/* Bit i of a 32-bit word -> byte i: `value` where set, else 0. */
+static inline __m256i spread_bits(uint32_t bits, char value) {
+    const __m256i which = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), which); /* byte i holds bits 8(i/8).. */
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(value));
+}
+
+#define ACC_INIT __m256 acc[MAX_ROWS]; for (int m = 0; m < M; m++) acc[m] = _mm256_setzero_ps()
+#define ACC_ADD(m, ints, scale) acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ints), _mm256_set1_ps(scale), acc[m])
+#define ACC_STORE for (int m = 0; m < M; m++) y[m] = sum_lanes(acc[m]) - offset[m]
+#endif
+
+/* One output row of each type: y[m] = sum_k w[k] x[m][k], for the M activation rows. */
+
+static void row_q8_0(const uint8_t *w, const Acts *a, float *y) {
+    const int M = a->M;
+    float offset[MAX_ROWS] = {0};
+#if VECTORIZED
+    ACC_INIT;
+    for (int64_t b = 0; b < a->groups; b++) {
+        const uint8_t *blk = w + b * 34;
+        const float d = load_half(blk);
+        const __m256i q = load32(blk + 2);
+        for (int m = 0; m < M; m++) ACC_ADD(m, dot_s8s8(q, load32(act_q(a, m, b))), d * act_d(a, m, b));
+    }
+    ACC_STORE;
+#else
+    for (int m = 0; m < M; m++) y[m] = 0;
+    for (int64_t b = 0; b < a->groups; b++) {
+        const uint8_t *blk = w + b * 34;
+        const float d = load_half(blk);
+        for (int m = 0; m < M; m++) {
+            const int8_t *x = act_q(a, m, b);
+            int32_t dot = 0;
+            for (int j = 0; j < 32; j++) dot += (int8_t)blk[2 + j] * x[j];
+            y[m] += (float)dot * (d * act_d(a, m, b));
+        }
+    }
+    (void)offset;
+#endif
+}
+
+/* Q4_0 and Q5_0: q (with Q5_0's fifth bit) minus `zero`. */
+static void row_q4_q5_0(const uint8_t *w, const Acts *a, float *y, int five) {
+    const int M = a->M, size = five ? 22 : 18, zero = five ? 16 : 8;
+    float offset[MAX_ROWS] = {0};
+#if VECTORIZED
+    ACC_INIT;
+    for (int64_t b = 0; b < a->groups; b++) {
+        const uint8_t *blk = w + b * size;
+        const float d = load_half(blk);
+        __m256i q = split_nibbles16(blk + size - 16);
+        if (five) {
+            uint32_t high;
+            memcpy(&high, blk + 2, 4);
+            q = _mm256_or_si256(q, spread_bits(high, 16));
+        }
+        q = _mm256_sub_epi8(q, _mm256_set1_epi8((char)zero));
+        for (int m = 0; m < M; m++) ACC_ADD(m, dot_s8s8(q, load32(act_q(a, m, b))), d * act_d(a, m, b));
+    }
+    ACC_STORE;
+#else
+    for (int m = 0; m < M; m++) y[m] = 0;
+    for (int64_t b = 0; b < a->groups; b++) {
+        const uint8_t *blk = w + b * size, *nibbles = blk + size - 16;
+        const float d = load_half(blk);
+        uint32_t high = 0;
+        if (five) memcpy(&high, blk + 2, 4);
+        int q[32];
+        for (int j = 0; j < 16; j++) {
+            q[j] = (nibbles[j] & 0xf) + (int)(((high >> j) & 1) << 4) - zero;
+            q[j + 16] = (nibbles[j] >> 4) + (int)(((high >> (j + 16)) & 1) << 4) - zero;
+        }
+        for (int m = 0; m < M; m++) {
+            const int8_t *x = act_q(a, m, b);
+            int32_t dot = 0;
+            for (int j = 0; j < 32; j++) dot += q[j] * x[j];
+            y[m] += (float)dot * (d * act_d(a, m, b));
+        }
+    }
+    (void)offset;
+#endif
+}
+
+/* Q4_K and Q5_K: per pair of sub-blocks, 32 bytes whose low nibbles are the
+ * first sub-block and high nibbles the second (Q5_K: plus 16 where its bits say). */
+static void row_q4_q5_k(const uint8_t *w, const Acts *a, float *y, int five) {
+    const int M = a->M, size = five ? 176 : 144;
+    const int64_t blocks = a->K / 256;
+    float offset[MAX_ROWS] = {0};
+#if VECTORIZED
+    ACC_INIT;
+#else
+    for (int m = 0; m < M; m++) y[m] = 0;
+#endif
+    for (int64_t b = 0; b < blocks; b++) {
+        const uint8_t *blk = w + b * size, *packed = blk + 4, *high = blk + 16, *nibbles = blk + (five ? 48 : 16);
+        const float d = load_half(blk), dmin = load_half(blk + 2);
+        int scale[8], min[8];
+        for (int j = 0; j < 8; j++) scale_min_k4(j, packed, &scale[j], &min[j]);
+        for (int pair = 0; pair < 4; pair++) {
+            const int64_t g = b * 8 + 2 * pair;
+            const uint8_t *qs = nibbles + 32 * pair;
+#if VECTORIZED
+            const __m256i raw = load32(qs), mask = _mm256_set1_epi8(0x0f);
+            __m256i lo = _mm256_and_si256(raw, mask), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+            if (five) {
+                const __m256i bits = load32(high), b0 = _mm256_set1_epi8((char)(1 << (2 * pair))),
+                              b1 = _mm256_set1_epi8((char)(1 << (2 * pair + 1))), sixteen = _mm256_set1_epi8(16);
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bits, b0), b0), sixteen));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bits, b1), b1), sixteen));
+            }
+            for (int m = 0; m < M; m++) {
+                const float d0 = act_d(a, m, g), d1 = act_d(a, m, g + 1);
+                ACC_ADD(m, dot_u8s8(lo, load32(act_q(a, m, g))), d * scale[2 * pair] * d0);
+                ACC_ADD(m, dot_u8s8(hi, load32(act_q(a, m, g + 1))), d * scale[2 * pair + 1] * d1);
+                offset[m] += dmin * (min[2 * pair] * d0 * act_sum(a, m, g) + min[2 * pair + 1] * d1 * act_sum(a, m, g + 1));
+            }
+#else
+            int q0[32], q1[32];
+            for (int l = 0; l < 32; l++) {
+                q0[l] = (qs[l] & 0xf) + (five && (high[l] >> (2 * pair) & 1) ? 16 : 0);
+                q1[l] = (qs[l] >> 4) + (five && (high[l] >> (2 * pair + 1) & 1) ? 16 : 0);
+            }
+            for (int m = 0; m < M; m++) {
+                const int8_t *x0 = act_q(a, m, g), *x1 = act_q(a, m, g + 1);
+                int32_t dot0 = 0, dot1 = 0;
+                for (int l = 0; l < 32; l++) dot0 += q0[l] * x0[l], dot1 += q1[l] * x1[l];
+                const float d0 = act_d(a, m, g), d1 = act_d(a, m, g + 1);
+                y[m] += (float)dot0 * (d * scale[2 * pair] * d0) + (float)dot1 * (d * scale[2 * pair + 1] * d1);
+                offset[m] += dmin * (min[2 * pair] * d0 * act_sum(a, m, g) + min[2 * pair + 1] * d1 * act_sum(a, m, g + 1));
+            }
+#endif
+        }
+    }
+#if VECTORIZED
+    ACC_STORE;
+#else
+    for (int m = 0; m < M; m++) y[m] -= offset[m];
+#endif
+}
+
+/* Q6_K: each half of a block is four chunks of 32; chunk c takes low or high
+ * nibbles of 32 bytes and two bits of each qh byte, and its two 16-value
+ * halves have their own scales. */
+static void row_q6_k(const uint8_t *w, const Acts *a, float *y) {
+    const int M = a->M;
+    const int64_t blocks = a->K / 256;
+    float offset[MAX_ROWS] = {0};
+#if VECTORIZED
+    ACC_INIT;
+#else
+    for (int m = 0; m < M; m++) y[m] = 0;
+#endif
+    for (int64_t b = 0; b < blocks; b++) {
+        const uint8_t *blk = w + b * 210;
+        const int8_t *scales = (const int8_t *)(blk + 192);
+        const float d = load_half(blk + 208);
+        for (int half = 0; half < 2; half++) {
+            const uint8_t *ql = blk + 64 * half, *qh = blk + 128 + 32 * half;
+            const int8_t *sc = scales + 8 * half;
+#if VECTORIZED
+            const __m256i mask = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3), l0 = load32(ql),
+                          l1 = load32(ql + 32), h = load32(qh), zero = _mm256_set1_epi8(32);
+            __m256i chunks[4] = {
+                _mm256_and_si256(l0, mask), _mm256_and_si256(l1, mask),
+                _mm256_and_si256(_mm256_srli_epi16(l0, 4), mask), _mm256_and_si256(_mm256_srli_epi16(l1, 4), mask),
+            };
+            for (int c = 0; c < 4; c++) {
+                __m256i top = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * c), two), 4);
+                const __m256i q = _mm256_sub_epi8(_mm256_or_si256(chunks[c], top), zero);
+                const int64_t g = b * 8 + 4 * half + c;
+                for (int m = 0; m < M; m++) {
+                    const float dx = d * act_d(a, m, g);
+                    const __m256 scale = _mm256_set_m128(_mm_set1_ps(dx * sc[2 * c + 1]), _mm_set1_ps(dx * sc[2 * c]));
+                    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8s8(q, load32(act_q(a, m, g)))), scale, acc[m]);
+                }
+            }
+#else
+            for (int c = 0; c < 4; c++) {
+                int q[32];
+                for (int l = 0; l < 32; l++) {
+                    const int low = c & 1 ? ql[l + 32] : ql[l];
+                    q[l] = ((c < 2 ? low & 0xf : low >> 4) | (((qh[l] >> (2 * c)) & 3) << 4)) - 32;
+                }
+                const int64_t g = b * 8 + 4 * half + c;
+                for (int m = 0; m < M; m++) {
+                    const int8_t *x = act_q(a, m, g);
+                    int32_t first = 0, second = 0;
+                    for (int l = 0; l < 16; l++) first += q[l] * x[l], second += q[l + 16] * x[l + 16];
+                    const float dx = d * act_d(a, m, g);
+                    y[m] += (float)first * (dx * sc[2 * c]) + (float)second * (dx * sc[2 * c + 1]);
+                }
+            }
+#endif
+        }
+    }
+#if VECTORIZED
+    ACC_STORE;
+#else
+    (void)offset;
+#endif
+}
+
+static int64_t row_bytes(int type, int64_t K) {
+    switch (type) {
+    case Q8_0: return K / 32 * 34;
+    case Q4_0: return K / 32 * 18;
+    case Q5_0: return K / 32 * 22;
+    case Q4_K: return K / 256 * 144;
+    case Q5_K: return K / 256 * 176;
+    case Q6_K: return K / 256 * 210;
+    default: return -1;
+    }
+}
+
+/* 0 on success; -1 out of memory; -2 an unsupported type or shape. */
+int inferd_gguf_gemv(int type, const uint8_t *w, int64_t N, int64_t K, const uint16_t *x, int64_t M,
+                     const uint16_t *bias, void *y, int y_is_float) {
+    const int64_t block = type == Q4_K || type == Q5_K || type == Q6_K ? 256 : 32, stride = row_bytes(type, K);
+    if (stride < 0 || K % block || M < 1) return -2;
+    int status = 0;
+    for (int64_t m0 = 0; m0 < M && status == 0; m0 += MAX_ROWS) {
+        const int rows = (int)(M - m0 < MAX_ROWS ? M - m0 : MAX_ROWS);
+        Acts a;
+        if (quantize_rows(x + m0 * K, rows, K, &a)) {
+            free_rows(&a);
+            return -1;
+        }
+#pragma omp parallel for schedule(static)
+        for (int64_t n = 0; n < N; n++) {
+            const uint8_t *row = w + n * stride;
+            float out[MAX_ROWS];
+            switch (type) {
+            case Q8_0: row_q8_0(row, &a, out); break;
+            case Q4_0: row_q4_q5_0(row, &a, out, 0); break;
+            case Q5_0: row_q4_q5_0(row, &a, out, 1); break;
+            case Q4_K: row_q4_q5_k(row, &a, out, 0); break;
+            case Q5_K: row_q4_q5_k(row, &a, out, 1); break;
+            default: row_q6_k(row, &a, out); break;
+            }
+            for (int m = 0; m < rows; m++) {
+                const float v = bias ? out[m] + bf16_to_float(bias[n]) : out[m];
+                if (y_is_float)
+                    ((float *)y)[(m0 + m) * N + n] = v;
+                else
+                    ((uint16_t *)y)[(m0 + m) * N + n] = float_to_bf16(v);
+            }
+        }
+        free_rows(&a);
+    }
+    return status;
+}

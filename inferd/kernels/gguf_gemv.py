@@ -1,0 +1,77 @@
+"""Matrix products over a GGUF file's own quantized blocks (gguf_gemv.c).
+
+A weight is the file's bytes for its rows, [N, bytes per row] uint8, in one
+of the block formats below; the product quantizes activations to int8 per
+group of 32 inputs and sums exact integer products per block, as llama.cpp
+does. Meant for decode steps: up to eight rows per pass over the weights.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from pathlib import Path
+
+import torch
+
+from inferd.kernels.native import I64, INT, PTR, load_kernel
+
+# GGML type id -> (weights per block, bytes per block)
+BLOCKS = {
+    "Q4_0": (2, 32, 18),
+    "Q5_0": (6, 32, 22),
+    "Q8_0": (8, 32, 34),
+    "Q4_K": (12, 256, 144),
+    "Q5_K": (13, 256, 176),
+    "Q6_K": (14, 256, 210),
+}
+MAX_ROWS = 8  # activation rows applied per pass over the weights
+
+
+@functools.cache
+def library(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
+    return load_kernel(Path(__file__).with_name("gguf_gemv.c"), extra_flags,
+                       inferd_gguf_gemv=([INT, PTR, I64, I64, PTR, I64, PTR, PTR, INT], INT),
+                       inferd_gguf_gemv_vectorized=([], INT))
+
+
+def available() -> bool:
+    return library() is not None
+
+
+def supports(block_format: str, in_features: int) -> bool:
+    """The kernel computes this format at this width."""
+    return block_format in BLOCKS and in_features % BLOCKS[block_format][1] == 0
+
+
+def row_bytes(block_format: str, in_features: int) -> int:
+    _, size, nbytes = BLOCKS[block_format]
+    return in_features // size * nbytes
+
+
+def matmul(x: torch.Tensor, raw: torch.Tensor, block_format: str, bias: torch.Tensor | None = None,
+           out_dtype: torch.dtype = torch.bfloat16, lib: ctypes.CDLL | None = None) -> torch.Tensor:
+    """x @ W.T for bf16 x [..., K] and W the file's rows `raw` [N, row_bytes(K)]."""
+    if x.dtype != torch.bfloat16:
+        raise TypeError(f"the GGUF kernels take bf16 activations, not {x.dtype}")
+    if out_dtype not in (torch.bfloat16, torch.float32):
+        raise TypeError(f"the GGUF kernels write bf16 or float32, not {out_dtype}")
+    width = x.shape[-1]
+    if not supports(block_format, width) or raw.dtype != torch.uint8 or raw.shape[1] != row_bytes(block_format, width):
+        raise ValueError(f"a {block_format} weight of shape {tuple(raw.shape)} does not take {width} inputs")
+    if bias is not None and bias.dtype != torch.bfloat16:
+        raise TypeError(f"the bias must be bf16, not {bias.dtype}")
+    flat = x.reshape(-1, width)
+    if not flat.is_contiguous():
+        flat = flat.contiguous()
+    rows, out_features = flat.shape[0], raw.shape[0]
+    y = torch.empty((rows, out_features), dtype=out_dtype)
+    if rows:
+        status = (lib or library()).inferd_gguf_gemv(
+            BLOCKS[block_format][0], raw.data_ptr(), out_features, width, flat.data_ptr(), rows,
+            None if bias is None else bias.data_ptr(), y.data_ptr(), out_dtype == torch.float32)
+        if status == -1:
+            raise MemoryError("the GGUF kernel could not allocate its activation buffers")
+        if status:
+            raise ValueError(f"the GGUF kernel refused a {block_format} weight of {width} inputs")
+    return y.view(*x.shape[:-1], out_features)

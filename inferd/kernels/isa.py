@@ -1,0 +1,70 @@
+"""Which instruction set the native kernels are built for.
+
+By default the best the CPU has (`-march=native`). `INFERD_ISA` picks a
+lower one, so a machine can run and measure the builds that machines below
+it get: `avx512` (this CPU's own), `avx2` (x86-64-v3: AVX2, FMA, F16C, the
+common x86 server and desktop since 2013) or `portable` (the baseline of the
+architecture: scalar C the compiler may vectorize).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+from pathlib import Path
+
+ISAS = ("avx512", "avx2", "portable")  # best first
+
+_REQUIRED_FLAGS = {
+    "avx512": {"avx512f", "avx512bw", "avx512vl", "avx2", "fma", "f16c"},
+    "avx2": {"avx2", "fma", "f16c", "bmi2"},
+    "portable": set(),
+}
+
+
+class IsaError(ValueError):
+    """INFERD_ISA names an instruction set this CPU cannot run, or none at all."""
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def runnable() -> tuple[str, ...]:
+    """The builds this CPU can run, best first."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return ("portable",)
+    flags = cpu_flags()
+    return tuple(isa for isa in ISAS if _REQUIRED_FLAGS[isa] <= flags)
+
+
+def selected() -> str:
+    """INFERD_ISA, checked against the CPU, or the best build it can run."""
+    wanted = os.environ.get("INFERD_ISA", "").strip().lower()
+    if not wanted:
+        return runnable()[0]
+    if wanted not in ISAS:
+        raise IsaError(f"INFERD_ISA={wanted!r} is not one of: {', '.join(ISAS)}")
+    if wanted not in runnable():
+        raise IsaError(f"INFERD_ISA={wanted} needs instructions this CPU lacks; it can run: {', '.join(runnable())}")
+    return wanted
+
+
+def march_flags(isa: str) -> list[str]:
+    """The compiler flags of one build: the CPU's own for its best, so
+    extensions beyond the named set (VNNI, AMX, AVX-VNNI) are used too."""
+    if isa == runnable()[0]:
+        return ["-march=native"]
+    if isa == "avx512":
+        return ["-march=x86-64-v4"]
+    if isa == "avx2":
+        return ["-march=x86-64-v3"]
+    return ["-march=x86-64", "-mtune=generic"] if platform.machine() in ("x86_64", "AMD64") else []

