@@ -19,7 +19,7 @@ class ModelOptions:
     dtype: str = option("auto", "weight and activation dtype: auto (bfloat16), bfloat16, float16, float32")
     device: str = option("auto", "auto (cuda when torch sees a GPU, else cpu), cpu, cuda, cuda:N")
     threads: int = option(0, "CPU threads for torch; 0 = torch's default", short="-t")
-    weights: str = option("bf16", "weight format: bf16 (as --dtype, exact), or on CPU, lossy but faster to decode: mixed (int8 projections and int4 LM head for decode, dense for prefill), int8, int4")
+    weights: str = option("auto", "weight format: auto (gguf for a GGUF file on CPU, else bf16), gguf (the file's own quantized blocks, exact), bf16 (as --dtype), or on CPU, lossy but faster to decode: mixed (int8 projections and int4 LM head for decode, dense for prefill), int8, int4")
 
 
 @dataclass

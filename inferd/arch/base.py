@@ -50,7 +50,7 @@ class CausalLM(nn.Module):
         """
         pending: dict[str, list[torch.Tensor | None]] = {}
         for name, tensor in weights:
-            name = _normalize(name)
+            name = normalize_name(name)
             if name.endswith("rotary_emb.inv_freq"):
                 continue
             owner, attr = name.rsplit(".", 1)
@@ -91,7 +91,8 @@ class CausalLM(nn.Module):
         setattr(owner, attr, nn.Parameter(tensor.to(device=device, dtype=dtype), requires_grad=False))
 
 
-def _normalize(name: str) -> str:
+def normalize_name(name: str) -> str:
+    """A checkpoint name as the model names it: no multimodal or `model.` prefix."""
     for prefix in _PREFIXES:
         if name.startswith(prefix):
             return name[len(prefix):]

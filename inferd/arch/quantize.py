@@ -1,7 +1,10 @@
 """Fit a loaded model's projections and LM head to the CPU kernels.
 
 Schemes (`--weights`):
-- `bf16` (default): every weight in the engine dtype; on CPU the
+- `auto` (default): `gguf` for a GGUF file where inferd's kernels run
+  (CPU, bf16), else `bf16`.
+- `gguf`: the file's own quantized blocks (`arch.file_blocks`), exact.
+- `bf16`: every weight in the engine dtype; on CPU the
   projections and a copy of the LM head are reordered once for oneDNN
   (`PackedLinear`), which gives the same results faster.
 - `mixed`: int8 projections and an int4 LM head (the largest matrix: 63%
@@ -26,16 +29,18 @@ in the engine dtype.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from inferd.arch.base import CausalLM
+from inferd.arch.gguf_linear import GGUFLinear
 from inferd.arch.packed_linear import PackedLinear, can_pack
 from inferd.arch.quantized_linear import QuantizedLinear, can_tile, int4_fits
-from inferd.kernels import quant_gemv
+from inferd.kernels import gguf_gemv, quant_gemv
 
-WEIGHT_SCHEMES = ("bf16", "mixed", "int8", "int4")
+WEIGHT_SCHEMES = ("auto", "gguf", "bf16", "mixed", "int8", "int4")
 
 
 @dataclass(frozen=True)
@@ -60,14 +65,33 @@ TILED_DENSE_FROM = quant_gemv.MAX_ROWS + 1
 
 
 def resolve_weights(scheme: str, dtype: torch.dtype, device: torch.device) -> Quantization | None:
-    """The quantization to apply, or None to keep the engine dtype."""
+    """The quantization to apply, or None to keep the engine dtype (or the file's blocks)."""
     if scheme not in WEIGHT_SCHEMES:
         raise ValueError(f"--weights {scheme!r} is not one of: {', '.join(WEIGHT_SCHEMES)}")
-    if scheme == "bf16":
+    if scheme in ("auto", "gguf", "bf16"):
         return None
     if device.type != "cpu":
         raise ValueError(f"--weights {scheme} runs on CPU only; use --weights bf16 on {device.type}")
     return SCHEMES[scheme]
+
+
+def uses_file_blocks(scheme: str, path: Path, dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether `scheme` computes from a GGUF file's own blocks here: `gguf` insists
+    (and says why it cannot), `auto` takes them wherever it can."""
+    if scheme not in ("auto", "gguf"):
+        return False
+    why_not = None
+    if not path.is_file():
+        why_not = "the model is not a GGUF file"
+    elif device.type != "cpu":
+        why_not = f"it runs on CPU only, not {device.type}"
+    elif dtype != torch.bfloat16:
+        why_not = f"it computes with bf16 activations, not --dtype {str(dtype).removeprefix('torch.')}"
+    elif not gguf_gemv.available():
+        why_not = "inferd's kernels cannot be built here (no C compiler, or INFERD_NATIVE_KERNELS=0)"
+    if why_not is not None and scheme == "gguf":
+        raise ValueError(f"--weights gguf cannot be used: {why_not}; use --weights bf16")
+    return why_not is None
 
 
 def weights_label(q: Quantization | None, dtype: torch.dtype) -> str:
@@ -116,7 +140,8 @@ def pack_for_cpu(model: CausalLM, dtype: torch.dtype, device: torch.device) -> N
         setattr(module, name, PackedLinear(linear.weight, linear.bias))
     tied = model.embed_tokens.weight.data_ptr()
     for module in model.modules():
-        if isinstance(module, QuantizedLinear) and module.dense is not None and module.dense.data_ptr() != tied:
+        if isinstance(module, (QuantizedLinear, GGUFLinear)) and module.dense is not None \
+                and module.dense.data_ptr() != tied:
             module.packed_dense = PackedLinear(module.dense, module.bias)
             module.dense = None
     if model.fast_head is None:

@@ -25,6 +25,7 @@ from inferd.commands.listen import is_loopback
 from inferd.config import ServeConfig
 from inferd.discovery import registration
 from inferd.discovery.record import WorkerRecord
+from inferd.kernels import isa
 from inferd.models.loader import load_model
 from inferd.models.paths import resolve_model_path
 from inferd.server.app import build_app
@@ -119,6 +120,10 @@ def run_serve(config: ServeConfig) -> int:
         if config.host.endswith(".sock") and not config.advertise_url:
             raise SystemExit("inferd: --register on a Unix socket needs --advertise-url (routers connect over HTTP)")
     # Everything that can be checked before the socket opens and weights load is checked here.
+    try:
+        isa.selected()
+    except isa.IsaError as error:
+        raise SystemExit(f"inferd: {error}") from None
     api_keys = read_api_keys(config)
     check_chat_template(config)
     state = new_state(config, name, api_keys)

@@ -18,8 +18,9 @@
  * MAX_ROWS). Vector paths: AVX2 (u8 x s8 pairs), AVX-512 VNNI or AVX-VNNI
  * (vpdpbusd); the portable path computes the same sums in scalar C.
  *
- * w: N rows of row_bytes; x: bf16 [M, K]; y: [M, N] float32 or bf16;
- * bias: bf16 [N] or NULL. Threads: OpenMP over output rows.
+ * W: one or more parts of N rows of row_bytes; x: bf16 [M, K]; y: [M, N]
+ * float32 or bf16, each part writing its own columns; bias: bf16 [N] or NULL.
+ * Threads: OpenMP over output rows.
  */
 
 #include <math.h>
@@ -39,6 +40,9 @@
 
 #define GROUP 32
 #define MAX_ROWS 8
+/* Row functions are inlined with a constant M (see `products`), so their loops
+ * over activation rows unroll and the accumulators stay in registers. */
+#define INLINE static inline __attribute__((always_inline))
 
 enum { Q4_0 = 2, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
 
@@ -130,15 +134,16 @@ static inline __m256i spread_bits(uint32_t bits, char value) {
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(value));
 }
 
-#define ACC_INIT __m256 acc[MAX_ROWS]; for (int m = 0; m < M; m++) acc[m] = _mm256_setzero_ps()
-#define ACC_ADD(m, ints, scale) acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ints), _mm256_set1_ps(scale), acc[m])
-#define ACC_STORE for (int m = 0; m < M; m++) y[m] = sum_lanes(acc[m]) - offset[m]
+/* Two accumulators per row, for alternate blocks: half the chain of dependent adds. */
+#define ACC_INIT __m256 acc[2][MAX_ROWS]; for (int m = 0; m < M; m++) acc[0][m] = acc[1][m] = _mm256_setzero_ps()
+#define ACC_ADD(i, m, ints, scale) \
+    acc[i][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ints), _mm256_set1_ps(scale), acc[i][m])
+#define ACC_STORE for (int m = 0; m < M; m++) y[m] = sum_lanes(_mm256_add_ps(acc[0][m], acc[1][m])) - offset[m]
 #endif
 
 /* One output row of each type: y[m] = sum_k w[k] x[m][k], for the M activation rows. */
 
-static void row_q8_0(const uint8_t *w, const Acts *a, float *y) {
-    const int M = a->M;
+INLINE void row_q8_0(const uint8_t *w, const Acts *a, const int M, float *y) {
     float offset[MAX_ROWS] = {0};
 #if VECTORIZED
     ACC_INIT;
@@ -146,7 +151,7 @@ static void row_q8_0(const uint8_t *w, const Acts *a, float *y) {
         const uint8_t *blk = w + b * 34;
         const float d = load_half(blk);
         const __m256i q = load32(blk + 2);
-        for (int m = 0; m < M; m++) ACC_ADD(m, dot_s8s8(q, load32(act_q(a, m, b))), d * act_d(a, m, b));
+        for (int m = 0; m < M; m++) ACC_ADD(b & 1, m, dot_s8s8(q, load32(act_q(a, m, b))), d * act_d(a, m, b));
     }
     ACC_STORE;
 #else
@@ -166,8 +171,8 @@ static void row_q8_0(const uint8_t *w, const Acts *a, float *y) {
 }
 
 /* Q4_0 and Q5_0: q (with Q5_0's fifth bit) minus `zero`. */
-static void row_q4_q5_0(const uint8_t *w, const Acts *a, float *y, int five) {
-    const int M = a->M, size = five ? 22 : 18, zero = five ? 16 : 8;
+INLINE void row_q4_q5_0(const uint8_t *w, const Acts *a, const int M, float *y, const int five) {
+    const int size = five ? 22 : 18, zero = five ? 16 : 8;
     float offset[MAX_ROWS] = {0};
 #if VECTORIZED
     ACC_INIT;
@@ -181,7 +186,7 @@ static void row_q4_q5_0(const uint8_t *w, const Acts *a, float *y, int five) {
             q = _mm256_or_si256(q, spread_bits(high, 16));
         }
         q = _mm256_sub_epi8(q, _mm256_set1_epi8((char)zero));
-        for (int m = 0; m < M; m++) ACC_ADD(m, dot_s8s8(q, load32(act_q(a, m, b))), d * act_d(a, m, b));
+        for (int m = 0; m < M; m++) ACC_ADD(b & 1, m, dot_s8s8(q, load32(act_q(a, m, b))), d * act_d(a, m, b));
     }
     ACC_STORE;
 #else
@@ -209,8 +214,8 @@ static void row_q4_q5_0(const uint8_t *w, const Acts *a, float *y, int five) {
 
 /* Q4_K and Q5_K: per pair of sub-blocks, 32 bytes whose low nibbles are the
  * first sub-block and high nibbles the second (Q5_K: plus 16 where its bits say). */
-static void row_q4_q5_k(const uint8_t *w, const Acts *a, float *y, int five) {
-    const int M = a->M, size = five ? 176 : 144;
+INLINE void row_q4_q5_k(const uint8_t *w, const Acts *a, const int M, float *y, const int five) {
+    const int size = five ? 176 : 144;
     const int64_t blocks = a->K / 256;
     float offset[MAX_ROWS] = {0};
 #if VECTORIZED
@@ -237,8 +242,8 @@ static void row_q4_q5_k(const uint8_t *w, const Acts *a, float *y, int five) {
             }
             for (int m = 0; m < M; m++) {
                 const float d0 = act_d(a, m, g), d1 = act_d(a, m, g + 1);
-                ACC_ADD(m, dot_u8s8(lo, load32(act_q(a, m, g))), d * scale[2 * pair] * d0);
-                ACC_ADD(m, dot_u8s8(hi, load32(act_q(a, m, g + 1))), d * scale[2 * pair + 1] * d1);
+                ACC_ADD(0, m, dot_u8s8(lo, load32(act_q(a, m, g))), d * scale[2 * pair] * d0);
+                ACC_ADD(1, m, dot_u8s8(hi, load32(act_q(a, m, g + 1))), d * scale[2 * pair + 1] * d1);
                 offset[m] += dmin * (min[2 * pair] * d0 * act_sum(a, m, g) + min[2 * pair + 1] * d1 * act_sum(a, m, g + 1));
             }
 #else
@@ -268,8 +273,7 @@ static void row_q4_q5_k(const uint8_t *w, const Acts *a, float *y, int five) {
 /* Q6_K: each half of a block is four chunks of 32; chunk c takes low or high
  * nibbles of 32 bytes and two bits of each qh byte, and its two 16-value
  * halves have their own scales. */
-static void row_q6_k(const uint8_t *w, const Acts *a, float *y) {
-    const int M = a->M;
+INLINE void row_q6_k(const uint8_t *w, const Acts *a, const int M, float *y) {
     const int64_t blocks = a->K / 256;
     float offset[MAX_ROWS] = {0};
 #if VECTORIZED
@@ -298,7 +302,8 @@ static void row_q6_k(const uint8_t *w, const Acts *a, float *y) {
                 for (int m = 0; m < M; m++) {
                     const float dx = d * act_d(a, m, g);
                     const __m256 scale = _mm256_set_m128(_mm_set1_ps(dx * sc[2 * c + 1]), _mm_set1_ps(dx * sc[2 * c]));
-                    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8s8(q, load32(act_q(a, m, g)))), scale, acc[m]);
+                    acc[c & 1][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8s8(q, load32(act_q(a, m, g)))), scale,
+                                                    acc[c & 1][m]);
                 }
             }
 #else
@@ -339,40 +344,70 @@ static int64_t row_bytes(int type, int64_t K) {
     }
 }
 
-/* 0 on success; -1 out of memory; -2 an unsupported type or shape. */
-int inferd_gguf_gemv(int type, const uint8_t *w, int64_t N, int64_t K, const uint16_t *x, int64_t M,
-                     const uint16_t *bias, void *y, int y_is_float) {
-    const int64_t block = type == Q4_K || type == Q5_K || type == Q6_K ? 256 : 32, stride = row_bytes(type, K);
-    if (stride < 0 || K % block || M < 1) return -2;
-    int status = 0;
-    for (int64_t m0 = 0; m0 < M && status == 0; m0 += MAX_ROWS) {
+/* Every output row for M activation rows (a constant once inlined), starting at activation row m0. */
+INLINE void products(int type, const uint8_t *w, int64_t stride, int64_t N, const Acts *a, const int M,
+                     const uint16_t *bias, void *y, int64_t ldy, int y_is_float, int64_t m0) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const uint8_t *row = w + n * stride;
+        float out[MAX_ROWS];
+        switch (type) {
+        case Q8_0: row_q8_0(row, a, M, out); break;
+        case Q4_0: row_q4_q5_0(row, a, M, out, 0); break;
+        case Q5_0: row_q4_q5_0(row, a, M, out, 1); break;
+        case Q4_K: row_q4_q5_k(row, a, M, out, 0); break;
+        case Q5_K: row_q4_q5_k(row, a, M, out, 1); break;
+        default: row_q6_k(row, a, M, out); break;
+        }
+        for (int m = 0; m < M; m++) {
+            const float v = bias ? out[m] + bf16_to_float(bias[n]) : out[m];
+            if (y_is_float)
+                ((float *)y)[(m0 + m) * ldy + n] = v;
+            else
+                ((uint16_t *)y)[(m0 + m) * ldy + n] = float_to_bf16(v);
+        }
+    }
+}
+
+/* y = x @ W.T where W is `parts` matrices stacked by rows (a fused projection
+ * whose tensors may differ in format), each with its own type, bytes and row
+ * count; the activations are quantized once for all of them.
+ * 0 on success; -1 out of memory; -2 an unsupported type or shape. */
+int inferd_gguf_gemv(int parts, const int *types, const uint8_t *const *ws, const int64_t *rows_of, int64_t K,
+                     const uint16_t *x, int64_t M, const uint16_t *bias, void *y, int y_is_float) {
+    int64_t ldy = 0;
+    for (int p = 0; p < parts; p++) {
+        const int64_t block = types[p] == Q4_K || types[p] == Q5_K || types[p] == Q6_K ? 256 : 32;
+        if (row_bytes(types[p], K) < 0 || K % block) return -2;
+        ldy += rows_of[p];
+    }
+    if (M < 1) return -2;
+    for (int64_t m0 = 0; m0 < M; m0 += MAX_ROWS) {
         const int rows = (int)(M - m0 < MAX_ROWS ? M - m0 : MAX_ROWS);
         Acts a;
         if (quantize_rows(x + m0 * K, rows, K, &a)) {
             free_rows(&a);
             return -1;
         }
-#pragma omp parallel for schedule(static)
-        for (int64_t n = 0; n < N; n++) {
-            const uint8_t *row = w + n * stride;
-            float out[MAX_ROWS];
-            switch (type) {
-            case Q8_0: row_q8_0(row, &a, out); break;
-            case Q4_0: row_q4_q5_0(row, &a, out, 0); break;
-            case Q5_0: row_q4_q5_0(row, &a, out, 1); break;
-            case Q4_K: row_q4_q5_k(row, &a, out, 0); break;
-            case Q5_K: row_q4_q5_k(row, &a, out, 1); break;
-            default: row_q6_k(row, &a, out); break;
+        int64_t col = 0;
+        for (int p = 0; p < parts; p++) {
+            const int type = types[p];
+            const int64_t N = rows_of[p], stride = row_bytes(type, K);
+            const uint16_t *b = bias ? bias + col : NULL;
+            void *out = y_is_float ? (void *)((float *)y + col) : (void *)((uint16_t *)y + col);
+            switch (rows) {
+            case 1: products(type, ws[p], stride, N, &a, 1, b, out, ldy, y_is_float, m0); break;
+            case 2: products(type, ws[p], stride, N, &a, 2, b, out, ldy, y_is_float, m0); break;
+            case 3: products(type, ws[p], stride, N, &a, 3, b, out, ldy, y_is_float, m0); break;
+            case 4: products(type, ws[p], stride, N, &a, 4, b, out, ldy, y_is_float, m0); break;
+            case 5: products(type, ws[p], stride, N, &a, 5, b, out, ldy, y_is_float, m0); break;
+            case 6: products(type, ws[p], stride, N, &a, 6, b, out, ldy, y_is_float, m0); break;
+            case 7: products(type, ws[p], stride, N, &a, 7, b, out, ldy, y_is_float, m0); break;
+            default: products(type, ws[p], stride, N, &a, 8, b, out, ldy, y_is_float, m0); break;
             }
-            for (int m = 0; m < rows; m++) {
-                const float v = bias ? out[m] + bf16_to_float(bias[n]) : out[m];
-                if (y_is_float)
-                    ((float *)y)[(m0 + m) * N + n] = v;
-                else
-                    ((uint16_t *)y)[(m0 + m) * N + n] = float_to_bf16(v);
-            }
+            col += N;
         }
         free_rows(&a);
     }
-    return status;
+    return 0;
 }

@@ -31,7 +31,7 @@ MAX_ROWS = 8  # activation rows applied per pass over the weights
 @functools.cache
 def library(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
     return load_kernel(Path(__file__).with_name("gguf_gemv.c"), extra_flags,
-                       inferd_gguf_gemv=([INT, PTR, I64, I64, PTR, I64, PTR, PTR, INT], INT),
+                       inferd_gguf_gemv=([INT, PTR, PTR, PTR, I64, PTR, I64, PTR, PTR, INT], INT),
                        inferd_gguf_gemv_vectorized=([], INT))
 
 
@@ -49,29 +49,47 @@ def row_bytes(block_format: str, in_features: int) -> int:
     return in_features // size * nbytes
 
 
-def matmul(x: torch.Tensor, raw: torch.Tensor, block_format: str, bias: torch.Tensor | None = None,
+class Parts:
+    """The matrices of one projection, stacked by rows: their formats and the
+    file's bytes, held as the arrays the kernel takes."""
+
+    def __init__(self, parts: list[tuple[str, torch.Tensor]], in_features: int):
+        for block_format, raw in parts:
+            if not supports(block_format, in_features) or raw.dtype != torch.uint8 or raw.dim() != 2 \
+                    or raw.shape[1] != row_bytes(block_format, in_features):
+                raise ValueError(f"a {block_format} weight of shape {tuple(raw.shape)} does not take "
+                                 f"{in_features} inputs")
+        self.in_features = in_features
+        self.out_features = sum(raw.shape[0] for _, raw in parts)
+        self.raws = [raw.contiguous() for _, raw in parts]  # kept alive: the kernel reads their memory
+        n = len(parts)
+        self.count = n
+        self.types = (ctypes.c_int * n)(*(BLOCKS[block_format][0] for block_format, _ in parts))
+        self.pointers = (ctypes.c_void_p * n)(*(raw.data_ptr() for raw in self.raws))
+        self.rows = (ctypes.c_int64 * n)(*(raw.shape[0] for raw in self.raws))
+
+
+def matmul(x: torch.Tensor, parts: Parts, bias: torch.Tensor | None = None,
            out_dtype: torch.dtype = torch.bfloat16, lib: ctypes.CDLL | None = None) -> torch.Tensor:
-    """x @ W.T for bf16 x [..., K] and W the file's rows `raw` [N, row_bytes(K)]."""
+    """x @ W.T for bf16 x [..., K] and W the stacked `parts`."""
     if x.dtype != torch.bfloat16:
         raise TypeError(f"the GGUF kernels take bf16 activations, not {x.dtype}")
     if out_dtype not in (torch.bfloat16, torch.float32):
         raise TypeError(f"the GGUF kernels write bf16 or float32, not {out_dtype}")
-    width = x.shape[-1]
-    if not supports(block_format, width) or raw.dtype != torch.uint8 or raw.shape[1] != row_bytes(block_format, width):
-        raise ValueError(f"a {block_format} weight of shape {tuple(raw.shape)} does not take {width} inputs")
-    if bias is not None and bias.dtype != torch.bfloat16:
-        raise TypeError(f"the bias must be bf16, not {bias.dtype}")
-    flat = x.reshape(-1, width)
+    if x.shape[-1] != parts.in_features:
+        raise ValueError(f"the weights take {parts.in_features} inputs, not {x.shape[-1]}")
+    if bias is not None and (bias.dtype != torch.bfloat16 or bias.shape != (parts.out_features,)):
+        raise TypeError(f"the bias must be bf16 [{parts.out_features}], not {bias.dtype} {tuple(bias.shape)}")
+    flat = x.reshape(-1, parts.in_features)
     if not flat.is_contiguous():
         flat = flat.contiguous()
-    rows, out_features = flat.shape[0], raw.shape[0]
-    y = torch.empty((rows, out_features), dtype=out_dtype)
-    if rows:
+    y = torch.empty((flat.shape[0], parts.out_features), dtype=out_dtype)
+    if flat.shape[0]:
         status = (lib or library()).inferd_gguf_gemv(
-            BLOCKS[block_format][0], raw.data_ptr(), out_features, width, flat.data_ptr(), rows,
-            None if bias is None else bias.data_ptr(), y.data_ptr(), out_dtype == torch.float32)
+            parts.count, parts.types, parts.pointers, parts.rows, parts.in_features, flat.data_ptr(),
+            flat.shape[0], None if bias is None else bias.data_ptr(), y.data_ptr(), out_dtype == torch.float32)
         if status == -1:
             raise MemoryError("the GGUF kernel could not allocate its activation buffers")
         if status:
-            raise ValueError(f"the GGUF kernel refused a {block_format} weight of {width} inputs")
-    return y.view(*x.shape[:-1], out_features)
+            raise ValueError("the GGUF kernel refused its weights")
+    return y.view(*x.shape[:-1], parts.out_features)

@@ -8,7 +8,7 @@ converter changed: Llama's interleaved Q/K rows and Gemma's `1 + w` norms.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
 
@@ -17,7 +17,7 @@ from inferd.models.gguf_file import VOCABULARY_ARRAYS, GGUFError, GGUFFile
 from inferd.models.gguf_names import DERIVED_TENSORS, hf_name
 from inferd.models.gguf_rope import llama3_scaling_from_rope_freqs, rope_scaling_from_metadata
 
-__all__ = ["GGUFError", "read_gguf_config", "iter_gguf_tensors"]
+__all__ = ["GGUFError", "gguf_block_formats", "iter_gguf_blocks", "iter_gguf_tensors", "read_gguf_config"]
 
 # general.architecture -> (Hugging Face model_type, architectures entry)
 SUPPORTED_ARCHITECTURES = {
@@ -56,6 +56,34 @@ def iter_gguf_tensors(path: str | Path, dtype: torch.dtype = torch.bfloat16) -> 
         elif arch == "llama" and ".attn_k." in info.name:
             tensor = _uninterleave_rotary_rows(tensor, num_kv_heads)
         yield name, tensor
+
+
+def gguf_block_formats(path: str | Path, formats: Iterable[str]) -> dict[str, tuple[str, int]]:
+    """Hugging Face name -> (block format, rows) of each matrix stored in one of
+    `formats`, from the file's directory alone."""
+    gguf = GGUFFile(path, skip=VOCABULARY_ARRAYS)
+    return {name: (info.qtype.name, info.shape[0]) for info, name in _block_matrices(gguf, set(formats))}
+
+
+def iter_gguf_blocks(path: str | Path, formats: Iterable[str]) -> Iterator[tuple[str, str, torch.Tensor]]:
+    """(Hugging Face name, block format, the file's bytes [rows, bytes per row]) of each
+    matrix stored in one of `formats`, rows in the order `iter_gguf_tensors` gives them."""
+    gguf = GGUFFile(path)
+    arch = _architecture(gguf)
+    num_heads, num_kv_heads = _head_counts(gguf, arch) if arch == "llama" else (0, 0)
+    for info, name in _block_matrices(gguf, set(formats)):
+        raw = torch.from_numpy(gguf.raw(info).copy())  # owned: the map is read-only and closes with the file
+        if arch == "llama" and ".attn_q." in info.name:
+            raw = _uninterleave_rotary_rows(raw, num_heads)
+        elif arch == "llama" and ".attn_k." in info.name:
+            raw = _uninterleave_rotary_rows(raw, num_kv_heads)
+        yield name, info.qtype.name, raw
+
+
+def _block_matrices(gguf: GGUFFile, formats: set[str]) -> list[tuple[Any, str]]:
+    arch = _architecture(gguf)
+    return [(info, hf_name(arch, info.name)) for info in gguf.tensors.values()
+            if info.name not in DERIVED_TENSORS and len(info.shape) == 2 and info.qtype.name in formats]
 
 
 def _uninterleave_rotary_rows(tensor: torch.Tensor, heads: int) -> torch.Tensor:

@@ -13,7 +13,8 @@ import torch
 
 from inferd.arch import build_model
 from inferd.arch.base import CausalLM
-from inferd.arch.quantize import pack_for_cpu, quantize_model, resolve_weights, weights_label
+from inferd.arch.file_blocks import FORMATS, use_file_blocks
+from inferd.arch.quantize import pack_for_cpu, quantize_model, resolve_weights, uses_file_blocks, weights_label
 from inferd.kernels import prepare as prepare_kernels
 from inferd.models.config import ModelConfig
 from inferd.models.paths import resolve_model_path
@@ -56,21 +57,26 @@ def resolve_dtype(dtype: str = "auto") -> torch.dtype:
     return DTYPES[dtype]
 
 
-def load_model(model: str | None = None, dtype: str = "auto", device: str = "auto", weights: str = "bf16") -> LoadedModel:
+def load_model(model: str | None = None, dtype: str = "auto", device: str = "auto", weights: str = "auto") -> LoadedModel:
     started = time.monotonic()
     name, path = resolve_model_path(model)
     torch_dtype, torch_device = resolve_dtype(dtype), resolve_device(device)
     quantization = resolve_weights(weights, torch_dtype, torch_device)
+    file_blocks = uses_file_blocks(weights, path, torch_dtype, torch_device)
     config = ModelConfig.from_hf(_read_config(path))
     net = build_model(config)
     # Cached: dequantizing a GGUF, and quantizing; safetensors in the engine dtype load fast as they are.
     cached = torch_device.type == "cpu" and (path.is_file() or quantization is not None)
-    cache_file = weight_cache_file(path, weights_label(quantization, torch_dtype)) if cached else None
+    label = f"gguf-{torch_dtype}" if file_blocks else weights_label(quantization, torch_dtype)
+    cache_file = weight_cache_file(path, label) if cached else None
+    block_formats = _block_formats(path) if file_blocks else None
     # The embedding comes mapped, not read: most of it is never touched (see map_embedding).
     state = None if cache_file is None else load_cached_state(cache_file, mapped=("embed_tokens.weight",))
     if state is not None:
         if quantization is not None:
             quantize_model(net, quantization, torch_dtype, empty=True)
+        if block_formats is not None:
+            use_file_blocks(net, block_formats, None, torch_dtype)
         try:
             net.load_state_dict(state, strict=True, assign=True)
         except RuntimeError as error:  # written for another layout of the model: rebuilt, never fatal
@@ -84,6 +90,8 @@ def load_model(model: str | None = None, dtype: str = "auto", device: str = "aut
         net.load_weights(with_progress(tensors, total, f"loading {name}"), torch_dtype, torch_device)
         if quantization is not None:
             quantize_model(net, quantization, torch_dtype)
+        if block_formats is not None:
+            use_file_blocks(net, block_formats, _block_bytes(path), torch_dtype)
         if cache_file is not None and not store_state(cache_file, net):
             cache_file = None
     pack_for_cpu(net, torch_dtype, torch_device)
@@ -105,6 +113,18 @@ def _read_config(path: Path) -> dict:
     from inferd.models.hf import read_hf_config
 
     return read_hf_config(path)
+
+
+def _block_formats(path: Path) -> dict[str, tuple[str, int]]:
+    from inferd.models.gguf import gguf_block_formats
+
+    return gguf_block_formats(path, FORMATS)
+
+
+def _block_bytes(path: Path) -> dict[str, torch.Tensor]:
+    from inferd.models.gguf import iter_gguf_blocks
+
+    return {name: raw for name, _, raw in iter_gguf_blocks(path, FORMATS)}
 
 
 def _tensors(path: Path, dtype: torch.dtype) -> tuple[Iterator[tuple[str, torch.Tensor]], int]:

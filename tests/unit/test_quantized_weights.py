@@ -103,7 +103,8 @@ def test_resolve_weights():
     assert resolve_weights("bf16", BF16, torch.device("cuda")) is None
     with pytest.raises(ValueError, match="--weights int8 runs on CPU only; use --weights bf16 on cuda"):
         resolve_weights("int8", BF16, torch.device("cuda"))
-    with pytest.raises(ValueError, match=r"--weights 'q3' is not one of: bf16, mixed, int8, int4"):
+    assert resolve_weights("auto", BF16, CPU) is None and resolve_weights("gguf", BF16, CPU) is None
+    with pytest.raises(ValueError, match=r"--weights 'q3' is not one of: auto, gguf, bf16, mixed, int8, int4"):
         resolve_weights("q3", BF16, CPU)
 
 
@@ -266,7 +267,7 @@ def test_the_bundled_model_looks_tokens_up_in_the_cache_map(tmp_path, monkeypatc
     from inferd.models.gguf import iter_gguf_tensors
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    loaded = load_model()  # the default: bf16, its head a packed copy of the tied embedding
+    loaded = load_model(weights="bf16")  # its head a packed copy of the tied embedding
     (cache_file,) = (tmp_path / "cache" / "inferd" / "weights").glob("*.safetensors")
     assert isinstance(loaded.model.fast_head, PackedLinear)
     embedding = loaded.model.embed_tokens.weight

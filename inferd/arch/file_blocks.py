@@ -1,0 +1,73 @@
+"""`--weights gguf`: a GGUF model's projections and LM head computed from
+the file's own quantized blocks (`GGUFLinear`), the default for GGUF files.
+
+Exact where `mixed` re-quantizes: the weights are the file's, and decode
+steps read them at their stored size. A projection whose tensors are in a
+format the kernels do not compute (F16, Q2_K...) stays dense.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+from torch import nn
+
+from inferd.arch.base import FUSED, CausalLM, normalize_name
+from inferd.arch.gguf_linear import GGUFLinear
+from inferd.kernels import gguf_gemv
+
+FORMATS = tuple(gguf_gemv.BLOCKS)
+# Rows from which the dense weight is faster than the file's blocks. Measured
+# on whole decode steps of the bundled model, 2-core AVX-512 BF16 CPU: see
+# BENCHMARKS.md ("GGUF blocks").
+LAYER_DENSE_FROM = 2
+HEAD_DENSE_FROM = 6
+_FUSED_PARTS = {"qkv_proj": 3, "gate_up_proj": 2}
+
+
+def use_file_blocks(model: CausalLM, formats: dict[str, tuple[str, int]], raws: dict[str, torch.Tensor] | None,
+                    dtype: torch.dtype) -> None:
+    """Swap in `GGUFLinear` layers. `formats`: checkpoint name -> (block format,
+    rows) (`gguf_block_formats`); `raws`: checkpoint name -> the file's bytes, or
+    None for the structure alone, with empty buffers for a state dict to fill."""
+    head_name = "embed_tokens.weight" if model.lm_head is None else "lm_head.weight"
+    layers: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for name in formats:
+        local = normalize_name(name)
+        if local == head_name or not local.endswith(".weight"):
+            continue
+        parent, _, proj = local.removesuffix(".weight").rpartition(".")
+        fused, shard = FUSED.get(proj, (proj, 0))
+        layers[f"{parent}.{fused}" if parent else fused].append((shard, name))
+
+    for path, members in layers.items():
+        linear = model.get_submodule(path)
+        if not isinstance(linear, nn.Linear) or len(members) != _FUSED_PARTS.get(path.rsplit(".", 1)[-1], 1):
+            continue
+        parts = [(formats[name], name) for _, name in sorted(members)]
+        if not all(gguf_gemv.supports(block_format, linear.in_features) for (block_format, _), _ in parts):
+            continue
+        _swap(model, path, _layer(linear.weight, linear.bias, parts, raws, dtype, LAYER_DENSE_FROM))
+
+    head_names = [name for name in formats if normalize_name(name) == head_name]
+    head = model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
+    if head_names and gguf_gemv.supports(formats[head_names[0]][0], head.shape[1]):
+        model.fast_head = _layer(head, None, [(formats[head_names[0]], head_names[0])], raws, dtype, HEAD_DENSE_FROM)
+        model.fast_head.kernel_out_dtype = torch.float32  # logits: no bf16 rounding, no conversion after
+        model.lm_head = None
+
+
+def _layer(weight: torch.Tensor, bias: torch.Tensor | None, parts: list[tuple[tuple[str, int], str]],
+           raws: dict[str, torch.Tensor] | None, dtype: torch.dtype, dense_from: int) -> GGUFLinear:
+    if raws is None:
+        with torch.device("meta"):
+            return GGUFLinear(weight.shape[1], [(block_format, rows) for (block_format, rows), _ in parts], dtype,
+                              bias is not None, dense_from)
+    return GGUFLinear.from_parts([(block_format, raws[name]) for (block_format, _), name in parts], weight.data,
+                                 None if bias is None else bias.data, dtype, dense_from)
+
+
+def _swap(model: nn.Module, path: str, layer: nn.Module) -> None:
+    parent, _, name = path.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, name, layer)

@@ -1,0 +1,66 @@
+"""A projection computed from a GGUF file's own quantized blocks.
+
+Decode steps (a few rows) run `inferd.kernels.gguf_gemv` over the file's
+bytes: the weights are exactly the file's, read at their stored size. A
+fused projection (Q, K and V; gate and up) may mix block formats, so it keeps
+one part per source tensor, each writing its own columns of the output.
+Prefill, bound by compute rather than bytes, uses the dense weight (the
+file's values in the engine dtype, packed for oneDNN where that applies).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from inferd.kernels import gguf_gemv
+
+
+class GGUFLinear(nn.Module):
+    def __init__(self, in_features: int, parts: list[tuple[str, int]], dtype: torch.dtype, bias: bool = False,
+                 dense_from_rows: int | None = None):
+        """`parts`: (block format, output rows) of each source tensor, in output order.
+        Buffers are empty until filled by `from_parts` or a state dict."""
+        super().__init__()
+        self.in_features = in_features
+        self.formats = [block_format for block_format, _ in parts]
+        self.out_features = sum(rows for _, rows in parts)
+        for i, (block_format, rows) in enumerate(parts):
+            self.register_buffer(f"raw{i}", torch.empty(rows, gguf_gemv.row_bytes(block_format, in_features),
+                                                        dtype=torch.uint8))
+        self.bias = nn.Parameter(torch.empty(self.out_features, dtype=dtype), requires_grad=False) if bias else None
+        self.dense_from_rows = dense_from_rows
+        dense = None if dense_from_rows is None else torch.empty(self.out_features, in_features, dtype=dtype)
+        self.register_buffer("dense", dense)
+        self.packed_dense = None  # set by arch.quantize.pack_for_cpu; replaces `dense`
+        self.kernel_out_dtype = dtype  # an LM head asks for float32 logits
+        self._parts: gguf_gemv.Parts | None = None  # built on first use: a state dict may replace the buffers
+
+    @classmethod
+    def from_parts(cls, raws: list[tuple[str, torch.Tensor]], dense: torch.Tensor, bias: torch.Tensor | None,
+                   dtype: torch.dtype, dense_from_rows: int | None) -> GGUFLinear:
+        with torch.device("meta"):
+            layer = cls(dense.shape[1], [(block_format, raw.shape[0]) for block_format, raw in raws], dtype,
+                        bias is not None, dense_from_rows)
+        for i, (_, raw) in enumerate(raws):
+            setattr(layer, f"raw{i}", raw)
+        if bias is not None:
+            layer.bias = nn.Parameter(bias.to(dtype), requires_grad=False)
+        if dense_from_rows is not None:
+            layer.dense = dense.to(dtype)  # no copy when already in dtype (e.g. a tied embedding)
+        return layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // self.in_features
+        if self.dense_from_rows is not None and rows >= self.dense_from_rows:
+            if self.packed_dense is not None:
+                return self.packed_dense(x)
+            return torch.nn.functional.linear(x, self.dense, self.bias)
+        if self._parts is None:
+            raws = [(block_format, getattr(self, f"raw{i}")) for i, block_format in enumerate(self.formats)]
+            self._parts = gguf_gemv.Parts(raws, self.in_features)
+        return gguf_gemv.matmul(x, self._parts, self.bias, self.kernel_out_dtype)
+
+    def extra_repr(self) -> str:
+        dense = "" if self.dense is None and self.packed_dense is None else f", dense_from_rows={self.dense_from_rows}"
+        return f"in_features={self.in_features}, out_features={self.out_features}, formats={self.formats}{dense}"

@@ -1,0 +1,116 @@
+"""`--weights gguf`: each projection and the LM head computed from the file's
+own blocks, every part in its place (fused Q/K/V and gate/up, Llama's
+re-ordered Q/K rows), dense where a format has no kernel or rows are many."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as Q
+from gguf_models import MODELS, hf_pieces, write_gguf
+from torch import nn
+
+from inferd.arch import build_model
+from inferd.arch.file_blocks import FORMATS, HEAD_DENSE_FROM, LAYER_DENSE_FROM, use_file_blocks
+from inferd.arch.quantize import uses_file_blocks
+from inferd.arch.gguf_linear import GGUFLinear
+from inferd.models.config import ModelConfig
+from inferd.models.gguf import gguf_block_formats, iter_gguf_blocks, iter_gguf_tensors, read_gguf_config
+
+# Mixed formats inside the fused projections, and one F16 matrix the kernels do not take.
+QTYPES = {"self_attn.q_proj": Q.Q4_0, "self_attn.k_proj": Q.Q5_0, "self_attn.v_proj": Q.Q8_0,
+          "self_attn.o_proj": Q.Q8_0, "mlp.gate_proj": Q.Q5_0, "mlp.up_proj": Q.Q8_0, "mlp.down_proj": Q.Q4_0}
+
+
+def written(tmp_path, arch: str):
+    cfg, _, _, state = hf_pieces(arch)
+    state = {name: tensor / 16 for name, tensor in state.items()}
+    qtypes = {name: qtype for name in state for part, qtype in QTYPES.items() if f".{part}." in name}
+    qtypes["model.layers.1.mlp.down_proj.weight"] = Q.F16
+    qtypes["model.embed_tokens.weight"] = Q.Q8_0
+    if not cfg["tie_word_embeddings"]:
+        qtypes["lm_head.weight"] = Q.Q8_0
+    path = tmp_path / f"{arch}.gguf"
+    write_gguf(path, arch, cfg, state, qtypes)
+    return path
+
+
+def loaded(path, blocks: bool) -> nn.Module:
+    net = build_model(ModelConfig.from_hf(read_gguf_config(path)))
+    net.load_weights(iter_gguf_tensors(path, torch.bfloat16), torch.bfloat16, torch.device("cpu"))
+    if blocks:
+        raws = {name: raw for name, _, raw in iter_gguf_blocks(path, FORMATS)}
+        use_file_blocks(net, gguf_block_formats(path, FORMATS), raws, torch.bfloat16)
+    return net
+
+
+def quantized(x: torch.Tensor) -> torch.Tensor:
+    """x as the kernels see it: int8 per group of 32 (see test_gguf_gemv)."""
+    v = x.double().reshape(x.shape[0], -1, 32)
+    d = (v.abs().amax(dim=2, keepdim=True).float() / 127).double()
+    return (torch.round(v / torch.where(d > 0, d, 1)) * d).reshape(x.shape)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen2"])
+def test_every_quantized_projection_computes_the_files_values(tmp_path, arch):
+    path = written(tmp_path, arch)
+    dense = {name: tensor.double() for name, tensor in iter_gguf_tensors(path, torch.float32)}
+    net = loaded(path, blocks=True)
+    swapped = {name: module for name, module in net.named_modules()
+               if isinstance(module, GGUFLinear) and name != "fast_head"}
+    layers = MODELS[arch][0]["num_hidden_layers"]
+    assert set(swapped) == {f"layers.{i}.{p}" for i in range(layers)
+                            for p in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
+                            } - {"layers.1.mlp.down_proj"}
+    assert type(net.layers[1].mlp.down_proj) is nn.Linear  # F16: no kernel, stays dense
+    assert swapped["layers.0.self_attn.qkv_proj"].formats == ["Q4_0", "Q5_0", "Q8_0"]
+    assert net.lm_head is None and isinstance(net.fast_head, GGUFLinear)
+
+    generator = torch.Generator().manual_seed(0)
+    for name, layer in [*swapped.items(), ("head", net.fast_head)]:
+        if name == "head":
+            weight = dense["lm_head.weight" if "lm_head.weight" in dense else "model.embed_tokens.weight"]
+        else:
+            parent, proj = name.rsplit(".", 1)
+            parts = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+            weight = torch.cat([dense[f"model.{parent}.{p}.weight"] for p in parts.get(proj, (proj,))])
+        x = torch.randn(1, layer.in_features, generator=generator).to(torch.bfloat16)
+        want = quantized(x) @ weight.T
+        if layer.bias is not None:
+            want += layer.bias.double()
+        got = layer(x).double()
+        bound = quantized(x).abs() @ weight.abs().T * 1e-2 + 1e-3  # bf16 outputs (the head's are float32)
+        assert torch.all((got - want).abs() <= bound), name
+
+
+def test_many_rows_use_the_dense_weights(tmp_path):
+    path = written(tmp_path, "gemma3")
+    with_blocks, plain = loaded(path, blocks=True), loaded(path, blocks=False)
+    x = torch.randn(max(LAYER_DENSE_FROM, HEAD_DENSE_FROM), 64).to(torch.bfloat16)
+    assert torch.equal(with_blocks.layers[0].self_attn.o_proj(x[:, :64]), plain.layers[0].self_attn.o_proj(x[:, :64]))
+    assert torch.equal(with_blocks.fast_head(x), nn.functional.linear(x, plain.embed_tokens.weight).float())
+
+
+def test_the_structure_alone_takes_the_state_dict_of_a_loaded_model(tmp_path):
+    path = written(tmp_path, "llama")
+    net = loaded(path, blocks=True)
+    empty = build_model(ModelConfig.from_hf(read_gguf_config(path)))
+    use_file_blocks(empty, gguf_block_formats(path, FORMATS), None, torch.bfloat16)
+    empty.load_state_dict(net.state_dict(), strict=True, assign=True)
+    x = torch.randn(1, 128).to(torch.bfloat16)
+    assert torch.equal(empty.layers[0].self_attn.qkv_proj(x), net.layers[0].self_attn.qkv_proj(x))
+    assert np.array_equal(empty.fast_head.raw0.numpy(), net.fast_head.raw0.numpy())
+
+
+def test_gguf_files_default_to_their_own_blocks_and_other_models_to_bf16(tmp_path, tiny_model_dir):
+    path = written(tmp_path, "gemma3")
+    cpu = torch.device("cpu")
+    assert uses_file_blocks("auto", path, torch.bfloat16, cpu)
+    assert not uses_file_blocks("auto", tiny_model_dir, torch.bfloat16, cpu)  # safetensors
+    assert not uses_file_blocks("auto", path, torch.float32, cpu)
+    assert not uses_file_blocks("bf16", path, torch.bfloat16, cpu)
+    with pytest.raises(ValueError, match="--weights gguf cannot be used: the model is not a GGUF file"):
+        uses_file_blocks("gguf", tiny_model_dir, torch.bfloat16, cpu)
+    with pytest.raises(ValueError, match="it computes with bf16 activations, not --dtype float32"):
+        uses_file_blocks("gguf", path, torch.float32, cpu)
