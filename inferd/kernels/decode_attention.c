@@ -16,15 +16,16 @@
 #include <string.h>
 
 #include "bf16.h"
-#include "exp.h"
+#include "vec.h"
 
 /* Query heads are taken four at a time (padded with zero heads), and head
- * dimensions 32 at a time, so the vector loops keep their sums in registers
- * and read each K and V row once per group of heads. */
+ * dimensions two vectors at a time (32 with AVX-512, 16 with AVX2), so the
+ * vector loops keep their sums in registers and read each K and V row once
+ * per group of heads. */
 #define HEADS 4
-#define LANES 32
+#define LANES (2 * VEC_LANES)
 
-#ifdef __AVX512F__
+#if VEC_LANES
 /* scores[g][l] = q[g] . k_l for the four heads of qf, every unmasked slot. */
 static void score_slots(const float *qf, int64_t D, const uint16_t *k_cache, int64_t Hkv, int64_t h,
                         const int64_t *slots, const float *mask, int64_t L, float scale, float *scores) {
@@ -34,70 +35,69 @@ static void score_slots(const float *qf, int64_t D, const uint16_t *k_cache, int
             continue;
         }
         const uint16_t *k = k_cache + (slots[l] * Hkv + h) * D;
-        __m512 even[HEADS], odd[HEADS]; /* two sums per head: half the dependency chain */
-        for (int g = 0; g < HEADS; g++) even[g] = odd[g] = _mm512_setzero_ps();
+        vf even[HEADS], odd[HEADS]; /* two sums per head: half the dependency chain */
+        for (int g = 0; g < HEADS; g++) even[g] = odd[g] = vf_zero();
         for (int64_t d = 0; d < D; d += LANES) {
-            __m512 k0 = load_bf16(k + d), k1 = load_bf16(k + d + 16);
+            vf k0 = vf_load_bf16(k + d), k1 = vf_load_bf16(k + d + VEC_LANES);
             for (int g = 0; g < HEADS; g++) {
-                even[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qf + g * D + d), k0, even[g]);
-                odd[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qf + g * D + d + 16), k1, odd[g]);
+                even[g] = vf_fmadd(vf_load(qf + g * D + d), k0, even[g]);
+                odd[g] = vf_fmadd(vf_load(qf + g * D + d + VEC_LANES), k1, odd[g]);
             }
         }
-        for (int g = 0; g < HEADS; g++) scores[g * L + l] = _mm512_reduce_add_ps(_mm512_add_ps(even[g], odd[g])) * scale + mask[l];
+        for (int g = 0; g < HEADS; g++) scores[g * L + l] = vf_sum(vf_add(even[g], odd[g])) * scale + mask[l];
     }
 }
 
 /* Softmax of each head's scores in place; masked slots hold -inf and get 0. */
 static void softmax_vector(float *scores, int heads, int64_t L) {
-    const __m512 none = _mm512_set1_ps(-INFINITY);
     for (int g = 0; g < heads; g++) {
         float *s = scores + g * L, top = -INFINITY, total = 0;
         int64_t l = 0;
-        __m512 tops = none;
-        for (; l + 16 <= L; l += 16) tops = _mm512_max_ps(tops, _mm512_loadu_ps(s + l));
-        top = _mm512_reduce_max_ps(tops);
+        vf tops = vf_set1(-INFINITY);
+        for (; l + VEC_LANES <= L; l += VEC_LANES) tops = vf_max(tops, vf_load(s + l));
+        top = vf_top(tops);
         for (; l < L; l++) top = fmaxf(top, s[l]);
         if (isinf(top)) { /* every slot masked (never built): zeros */
             memset(s, 0, (size_t)L * sizeof(float));
             continue;
         }
-        __m512 sums = _mm512_setzero_ps(), shift = _mm512_set1_ps(top);
-        for (l = 0; l + 16 <= L; l += 16) {
-            __m512 v = _mm512_loadu_ps(s + l);
-            __m512 e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, none, _CMP_NEQ_OQ), exp_ps(_mm512_sub_ps(v, shift)));
-            _mm512_storeu_ps(s + l, e);
-            sums = _mm512_add_ps(sums, e);
+        vf sums = vf_zero(), shift = vf_set1(top);
+        for (l = 0; l + VEC_LANES <= L; l += VEC_LANES) {
+            vf v = vf_load(s + l);
+            vf e = vf_zero_at_neg_inf(v, vf_exp(vf_sub(v, shift)));
+            vf_store(s + l, e);
+            sums = vf_add(sums, e);
         }
-        total = _mm512_reduce_add_ps(sums);
+        total = vf_sum(sums);
         for (; l < L; l++) {
             s[l] = isinf(s[l]) ? 0.0f : expf(s[l] - top);
             total += s[l];
         }
-        const __m512 inv = _mm512_set1_ps(1.0f / total);
-        for (l = 0; l + 16 <= L; l += 16) _mm512_storeu_ps(s + l, _mm512_mul_ps(_mm512_loadu_ps(s + l), inv));
+        const vf inv = vf_set1(1.0f / total);
+        for (l = 0; l + VEC_LANES <= L; l += VEC_LANES) vf_store(s + l, vf_mul(vf_load(s + l), inv));
         for (; l < L; l++) s[l] *= 1.0f / total;
     }
 }
 
-/* out[g] = sum_l p[g][l] v_l for the first `heads` of four, 32 dimensions at a time. */
+/* out[g] = sum_l p[g][l] v_l for the first `heads` of four, LANES dimensions at a time. */
 static void sum_values(const float *p, int heads, int64_t D, const uint16_t *v_cache, int64_t Hkv, int64_t h,
                        const int64_t *slots, const float *mask, int64_t L, uint16_t *out) {
     for (int64_t d = 0; d < D; d += LANES) {
-        __m512 lo[HEADS], hi[HEADS];
-        for (int g = 0; g < HEADS; g++) lo[g] = hi[g] = _mm512_setzero_ps();
+        vf lo[HEADS], hi[HEADS];
+        for (int g = 0; g < HEADS; g++) lo[g] = hi[g] = vf_zero();
         for (int64_t l = 0; l < L; l++) {
             if (isinf(mask[l])) continue;
             const uint16_t *v = v_cache + (slots[l] * Hkv + h) * D + d;
-            __m512 v0 = load_bf16(v), v1 = load_bf16(v + 16);
+            vf v0 = vf_load_bf16(v), v1 = vf_load_bf16(v + VEC_LANES);
             for (int g = 0; g < HEADS; g++) {
-                __m512 weight = _mm512_set1_ps(p[g * L + l]);
-                lo[g] = _mm512_fmadd_ps(weight, v0, lo[g]);
-                hi[g] = _mm512_fmadd_ps(weight, v1, hi[g]);
+                vf weight = vf_set1(p[g * L + l]);
+                lo[g] = vf_fmadd(weight, v0, lo[g]);
+                hi[g] = vf_fmadd(weight, v1, hi[g]);
             }
         }
         for (int g = 0; g < heads; g++) {
-            store_bf16(out + g * D + d, lo[g]);
-            store_bf16(out + g * D + d + 16, hi[g]);
+            vf_store_bf16(out + g * D + d, lo[g]);
+            vf_store_bf16(out + g * D + d + VEC_LANES, hi[g]);
         }
     }
 }
@@ -159,7 +159,7 @@ static int attend(const uint16_t *q, int64_t G, int64_t D, const uint16_t *k_cac
         const int heads = (int)(G - g0 < HEADS ? G - g0 : HEADS);
         memset(qf, 0, (size_t)(HEADS * D) * sizeof(float));
         for (int64_t i = 0; i < heads * D; i++) qf[i] = bf16_to_float(q[g0 * D + i]);
-#ifdef __AVX512F__
+#if VEC_LANES
         if (D % LANES == 0) {
             score_slots(qf, D, k_cache, Hkv, h, slots, mask, L, scale, scores);
             softmax_vector(scores, heads, L);

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "bf16.h"
-#include "exp.h"
+#include "vec.h"
 
 static inline float activation(float x, float a, float b) { return x / (1.0f + expf(-(a * x + b * x * x * x))); }
 
@@ -23,14 +23,13 @@ void inferd_gated_activation(const uint16_t *gate_up, int64_t T, int64_t I, floa
         const uint16_t *gate = gate_up + t * 2 * I, *up = gate + I;
         uint16_t *row = out + t * I;
         int64_t i = 0;
-#ifdef __AVX512F__
-        const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b), one = _mm512_set1_ps(1.0f);
-        for (; i + 16 <= I; i += 16) {
-            __m512 x = load_bf16(gate + i);
-            __m512 z = _mm512_mul_ps(x, _mm512_fmadd_ps(_mm512_mul_ps(vb, x), x, va)); /* a x + b x^3 */
-            __m512 act = _mm512_div_ps(x, _mm512_add_ps(one, exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), z))));
-            __m512 rounded = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(to_bf16(act)), 16));
-            store_bf16(row + i, _mm512_mul_ps(rounded, load_bf16(up + i)));
+#if VEC_LANES
+        const vf va = vf_set1(a), vb = vf_set1(b), one = vf_set1(1.0f);
+        for (; i + VEC_LANES <= I; i += VEC_LANES) {
+            vf x = vf_load_bf16(gate + i);
+            vf z = vf_mul(x, vf_fmadd(vf_mul(vb, x), x, va)); /* a x + b x^3 */
+            vf act = vf_div(x, vf_add(one, vf_exp(vf_sub(vf_zero(), z))));
+            vf_store_bf16(row + i, vf_mul(vf_round_bf16(act), vf_load_bf16(up + i)));
         }
 #endif
         for (; i < I; i++) row[i] = float_to_bf16(round_bf16(activation(bf16_to_float(gate[i]), a, b)) * bf16_to_float(up[i]));

@@ -11,6 +11,7 @@ import torch
 from inferd.arch.layers import rms_norm
 from inferd.arch.rope import RotaryEmbedding, apply_rotary
 from inferd.kernels import attention_inputs as native
+from inferd.kernels import isa
 from inferd.models.config import RopeConfig
 
 BF16 = torch.bfloat16
@@ -20,8 +21,9 @@ pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compile
 
 
 def builds():
-    return [pytest.param(None, id="vector"),
-            pytest.param(lambda: native.library(("-mno-avx512f", "-mno-avx2")), id="portable")]
+    """Every build this CPU can run (avx512, avx2, portable), by its own flags."""
+    return [pytest.param(lambda name=name: native.library(tuple(isa.march_flags(name))), id=name)
+            for name in isa.runnable()]
 
 
 def torch_path(qkv, weight, scale_in_float, rope):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from inferd.arch.attention import ContextView, _decode_attention
-from inferd.kernels import decode_attention
+from inferd.kernels import decode_attention, isa
 
 BF16 = torch.bfloat16
 
@@ -16,8 +16,8 @@ needs_compiler = pytest.mark.skipif(shutil.which("cc") is None, reason="no C com
 
 
 def builds():
-    return [pytest.param((), marks=needs_compiler, id="native"),
-            pytest.param(("-mno-avx512f",), marks=needs_compiler, id="portable")]
+    """Every build this CPU can run (avx512, avx2, portable), by its own flags."""
+    return [pytest.param(tuple(isa.march_flags(name)), marks=needs_compiler, id=name) for name in isa.runnable()]
 
 
 def padded_view(lengths: list[int], width: int, num_slots: int, generator: torch.Generator) -> ContextView:

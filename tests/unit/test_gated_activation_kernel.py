@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from inferd.arch.layers import GatedMLP
 from inferd.kernels import gated_activation as native
+from inferd.kernels import isa
 
 BF16 = torch.bfloat16
 TINY = 1e-30  # smaller results may underflow to zero (e^-z overflows first)
@@ -20,8 +21,9 @@ pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compile
 
 
 def builds():
-    return [pytest.param(None, id="vector"),
-            pytest.param(lambda: native.library(("-mno-avx512f",)), id="portable")]
+    """Every build this CPU can run (avx512, avx2, portable), by its own flags."""
+    return [pytest.param(lambda name=name: native.library(tuple(isa.march_flags(name))), id=name)
+            for name in isa.runnable()]
 
 
 def reference(gate_up: torch.Tensor, activation: str) -> torch.Tensor:
