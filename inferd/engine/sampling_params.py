@@ -98,12 +98,9 @@ class SamplingParams:
             _fail("top_p", f"top_p must be in (0, 1], got {self.top_p!r}")
         _require_in_range("min_p", self.min_p, 0.0, 1.0)
 
-        _require_number("repetition_penalty", self.repetition_penalty)
-        if not (self.repetition_penalty > 0.0 and math.isfinite(self.repetition_penalty)):
-            _fail(
-                "repetition_penalty",
-                f"repetition_penalty must be a finite number > 0, got {self.repetition_penalty!r}",
-            )
+        # 1 is off; beyond these a penalty is a ban already, and a logit divided by less overflows.
+        _require_in_range("repetition_penalty", self.repetition_penalty, MIN_REPETITION_PENALTY,
+                          MAX_REPETITION_PENALTY)
         _require_in_range("presence_penalty", self.presence_penalty, -2.0, 2.0)
         _require_in_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)
 
@@ -178,6 +175,9 @@ def _is_number(value: object) -> bool:
 def _require_number(field_name: str, value: object) -> None:
     if not _is_number(value):
         _fail(field_name, f"{field_name} must be a number, got {value!r}")
+
+
+MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 1e-3, 1e3
 
 
 def _require_in_range(field_name: str, value: object, low: float, high: float) -> None:

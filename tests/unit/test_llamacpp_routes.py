@@ -260,7 +260,7 @@ def test_priority_header_is_checked(app):
     ({"prompt": "abc", "n_predict": 0}, "n_predict 0 (evaluate the prompt only) is not supported; "
      "set n_predict to -1 or at least 1", "n_predict"),
     ({"prompt": "abc", "temperature": 5}, "temperature must be in [0, 2], got 5.0", "temperature"),
-    ({"prompt": "abc", "repeat_penalty": 0}, "repeat_penalty must be a finite number > 0, got 0.0", "repeat_penalty"),
+    ({"prompt": "abc", "repeat_penalty": 0}, "repeat_penalty must be in [0.001, 1000], got 0.0", "repeat_penalty"),
     ({"prompt": "abc", "logit_bias": [[5, True]]}, "logit_bias for 5 is true; give a number, or false to ban the token",
      "logit_bias"),
     ({"prompt": []}, "prompt must not be an empty list; send text or token ids", "prompt"),

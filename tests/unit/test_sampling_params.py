@@ -55,11 +55,11 @@ def test_boundary_values_are_valid(fields):
         (dict(top_p=1.5), "top_p", "top_p must be in (0, 1], got 1.5"),
         (dict(min_p=-0.01), "min_p", "min_p must be in [0, 1], got -0.01"),
         (dict(min_p=1.01), "min_p", "min_p must be in [0, 1], got 1.01"),
-        (dict(repetition_penalty=0.0), "repetition_penalty", "repetition_penalty must be a finite number > 0, got 0.0"),
+        (dict(repetition_penalty=0.0), "repetition_penalty", "repetition_penalty must be in [0.001, 1000], got 0.0"),
         (
             dict(repetition_penalty=math.inf),
             "repetition_penalty",
-            "repetition_penalty must be a finite number > 0, got inf",
+            "repetition_penalty must be in [0.001, 1000], got inf",
         ),
         (dict(presence_penalty=2.5), "presence_penalty", "presence_penalty must be in [-2, 2], got 2.5"),
         (dict(frequency_penalty=-2.01), "frequency_penalty", "frequency_penalty must be in [-2, 2], got -2.01"),
