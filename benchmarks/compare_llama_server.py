@@ -1,6 +1,6 @@
 """inferd against llama.cpp's llama-server, side by side, on the same GGUF.
 
-    python benchmarks/compare_llama_server.py [--llama-server PATH] [--build] [--quick]
+    python benchmarks/compare_llama_server.py [--llama-server PATH] [--build] [--quick] [--isa avx2]
 
 Both servers run on this machine with matched settings (threads, parallel
 slots, context per slot) and the bundled Gemma 3 270M Q4_K_M GGUF. Each
@@ -29,6 +29,7 @@ from pathlib import Path
 
 import httpx
 
+from inferd.kernels import isa
 from inferd.models.default import default_model_path
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "inferd" / "llama.cpp"
@@ -134,11 +135,12 @@ class Server:
                 self.proc.wait()
 
 
-def make_servers(llama_server: Path, gguf: str, threads: int, parallel: int, ctx: int, weights: str) -> list[Server]:
+def make_servers(llama_server: Path, gguf: str, threads: int, parallel: int, ctx: int, weights: str,
+                 isa_build: str | None) -> list[Server]:
     inferd_port, llama_port = free_port(), free_port()
     inferd = Server("inferd", [sys.executable, "-m", "inferd.cli", "serve", "--port", str(inferd_port),
                                "--threads", str(threads), "--parallel", str(parallel), "--ctx-size", str(ctx),
-                               "--weights", weights], inferd_port)
+                               "--weights", weights], inferd_port, env={"INFERD_ISA": isa_build} if isa_build else {})
     # llama-server splits -c across its slots; give each slot inferd's per-sequence context.
     llama = Server("llama-server", [str(llama_server), "-m", gguf, "--host", "127.0.0.1", "--port", str(llama_port),
                                     "-t", str(threads), "-np", str(parallel), "-c", str(ctx * parallel),
@@ -202,13 +204,18 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--parallel", type=int, default=8)
     parser.add_argument("--ctx-size", type=int, default=2048, help="context per sequence")
-    parser.add_argument("--weights", default="bf16", help="inferd --weights")
+    parser.add_argument("--weights", default="auto", help="inferd --weights (default: its default)")
+    parser.add_argument("--isa", default=None, choices=isa.ISAS,
+                        help="build inferd's kernels for this instruction set (INFERD_ISA); default: the CPU's best")
     parser.add_argument("--quick", action="store_true", help="fewer requests per workload")
     parser.add_argument("--json", default=None, help="also write every summary to this file")
     args = parser.parse_args()
 
+    flags = sorted(isa.cpu_flags() & (set(_GGML_ISA.values()) | {"amx_tile"}))
+    print(f"CPU: {' '.join(flags)}; inferd's kernels built for {args.isa or isa.runnable()[0]}, "
+          f"--weights {args.weights}; llama-server built natively (AMX off)", flush=True)
     servers = make_servers(find_llama_server(args.llama_server, args.build), str(default_model_path()),
-                           args.threads, args.parallel, args.ctx_size, args.weights)
+                           args.threads, args.parallel, args.ctx_size, args.weights, args.isa)
     results: dict[str, dict] = {s.name: {} for s in servers}
     try:
         for s in servers:  # the first start warms caches (tokenizer, page cache); the second is measured

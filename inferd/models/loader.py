@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from inferd.arch.quantize import pack_for_cpu, quantize_model, resolve_weights, 
 from inferd.kernels import prepare as prepare_kernels
 from inferd.models.config import ModelConfig
 from inferd.models.paths import resolve_model_path
+from inferd.models.process_memory import bound_process_memory, release_freed_memory
 from inferd.models.progress import with_progress
 from inferd.models.tokenizer import Tokenizer, load_tokenizer
 from inferd.models.weight_cache import load_cached_state, map_cached_tensor, store_state, weight_cache_file
@@ -59,6 +59,7 @@ def resolve_dtype(dtype: str = "auto") -> torch.dtype:
 
 def load_model(model: str | None = None, dtype: str = "auto", device: str = "auto", weights: str = "auto") -> LoadedModel:
     started = time.monotonic()
+    bound_process_memory()
     name, path = resolve_model_path(model)
     torch_dtype, torch_device = resolve_dtype(dtype), resolve_device(device)
     quantization = resolve_weights(weights, torch_dtype, torch_device)
@@ -152,12 +153,3 @@ def map_embedding(net: CausalLM, cache_file: Path) -> None:
     mapped = map_cached_tensor(cache_file, "embed_tokens.weight")
     if mapped is not None and mapped.shape == weight.shape and mapped.dtype == weight.dtype:
         net.embed_tokens.weight = torch.nn.Parameter(mapped, requires_grad=False)
-
-
-def release_freed_memory() -> None:
-    """Hand memory freed by load-time temporaries back to the OS (glibc keeps
-    freed mid-size blocks in its heap otherwise: ~0.7 GB after quantizing)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass

@@ -192,7 +192,7 @@ PUSHED = [None, "prompt", *beyond(vocab=1)]
 def test_every_drawn_request_runs_or_is_refused_and_its_neighbour_is_untouched(engine, loaded, neighbour_alone,
                                                                                pushed):
     @given(request=drawn_requests(loaded.config.vocab_size, pushed))
-    @settings(SETTINGS, max_examples=30 if pushed is None else 6)
+    @settings(SETTINGS, max_examples=15 if pushed is None else 4)
     def check(request):
         outcome, neighbour = asyncio.run(beside_the_neighbour(engine, request))
         if isinstance(outcome, Exception):
@@ -261,7 +261,7 @@ def test_every_drawn_chat_request_answers_or_is_a_400_and_its_neighbour_is_untou
                                                                                    neighbour_chat_alone):
     @given(parameters=CHAT_PARAMETERS, grammar=st.sampled_from(OUTPUT_GRAMMARS),
            priority=st.sampled_from(["high", "normal", "low", "urgent"]))
-    @settings(SETTINGS, max_examples=30)
+    @settings(SETTINGS, max_examples=15)
     def check(parameters, grammar, priority):
         body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], **parameters, **grammar}
 

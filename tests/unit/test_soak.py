@@ -81,13 +81,16 @@ SAMPLES = [RssSample(0.0, 1000), RssSample(1.0, 1500), RssSample(2.0, 2000), Rss
            RssSample(4.0, 2030)]
 
 
-def test_rss_drift_is_taken_from_the_end_of_warm_up_to_the_end_of_the_load():
+def test_the_rss_trajectory_is_sampled_at_even_moments_of_the_load():
     assert soak.rss_at(SAMPLES, 2.5) == RssSample(2.0, 2000)
     assert soak.rss_at(SAMPLES, 9.0) == RssSample(4.0, 2030)
     assert soak.rss_at(SAMPLES, -1.0) == RssSample(0.0, 1000)
-    warm, end, drift = soak.rss_drift(SAMPLES, warmup_end=2.0, load_end=4.0)
-    assert (warm.kib, end.kib, drift) == (2000, 2030, 0.015)
     assert [s.kib for s in soak.rss_trajectory(SAMPLES, 4.0, points=5)] == [1000, 1500, 2000, 2010, 2030]
+
+
+def test_the_drift_is_idle_to_idle_anonymous_memory():
+    assert soak.IdleMemory(2000, 2030).drift == 0.015
+    assert soak.IdleMemory(2048, 1024).drift == -0.5  # memory handed back is no drift
 
 
 def health_polls(latencies_ms: list[float]) -> list[HealthPoll]:
@@ -98,13 +101,14 @@ def health_polls(latencies_ms: list[float]) -> list[HealthPoll]:
 def test_a_clean_run_passes_every_target():
     outcomes = [outcome("200"), outcome("400", "bad-input"), outcome("cancelled", "timed-cancel")]
     # numpy's p99 of 100 samples lies 1% of the way from the 99th to the 100th: 50 + 0.01 * 150.
-    targets = soak.evaluate(outcomes, health_polls([5.0] * 98 + [50.0, 200.0]), SAMPLES, 2.0, 2.5, IDLE)
+    targets = soak.evaluate(outcomes, health_polls([5.0] * 98 + [50.0, 200.0]), soak.IdleMemory(2048, 2048), 2.5,
+                            IDLE)
     assert [(t.name, t.value, t.passed) for t in targets] == [
         ("5xx answers and in-stream errors", "0", True),
         ("requests without an answer", "0", True),
         ("answers of the wrong class", "0", True),
         ("/health p99 during the load", "51.5 ms", True),
-        ("RSS drift after warm-up", "+0.00% (2.0 -> 2.0 MB)", True),
+        ("RSS drift after warm-up", "+0.00% (2.0 -> 2.0 MB anon)", True),
         ("requests running / waiting when idle", "0 / 0", True),
         ("KV blocks used after cache reset", "0", True),
     ]
@@ -118,15 +122,15 @@ def test_each_failure_fails_its_own_target():
     left = Leftovers(running=1, waiting=2, settle_seconds=15.0, kv_blocks_used=3, dropped_blocks=0)
     # Polls after the load ended do not count.
     polls = health_polls([150.0] * 10) + [HealthPoll(99.0, 0.001, "200")]
-    targets = soak.evaluate(outcomes, polls, SAMPLES, 2.0, 4.0, left)
+    targets = soak.evaluate(outcomes, polls, soak.IdleMemory(2000, 2030), 4.0, left)
     assert [(t.value, t.passed) for t in targets] == [
         ("2", False), ("2", False), ("1", False), ("150.0 ms", False),
-        ("+1.50% (2.0 -> 2.0 MB)", False), ("1 / 2", False), ("3", False)]
+        ("+1.50% (2.0 -> 2.0 MB anon)", False), ("1 / 2", False), ("3", False)]
     assert not soak.SoakResult(targets, "").passed
 
 
 def test_rss_without_a_pid_is_skipped_not_failed():
-    targets = soak.evaluate([outcome("200")], health_polls([1.0]), [], 2.0, 4.0, IDLE)
+    targets = soak.evaluate([outcome("200")], health_polls([1.0]), None, 4.0, IDLE)
     rss = next(t for t in targets if t.name == "RSS drift after warm-up")
     assert (rss.value, rss.passed, soak.verdict(rss.passed)) == ("not measured (no server pid)", None, "SKIP")
     assert soak.SoakResult(targets, "").passed

@@ -1,0 +1,38 @@
+"""Keep a serving process's memory flat under a changing load.
+
+- oneDNN compiles a primitive for each matmul shape and keeps 1024 of them.
+  Every new prefill length is a new shape, so a server's memory grew for
+  thousands of requests (~70 MB within minutes of a mixed load). Sixteen
+  hold a decode step's shapes (one per projection and the head); prefill
+  shapes come and go.
+- glibc raises its mmap threshold to the largest block freed so far; after
+  that, large temporaries (a prefill's activations) come from the heap and
+  fragment it. A fixed threshold maps them, and unmaps them when freed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+ONEDNN_PRIMITIVE_CACHE = 16
+MMAP_THRESHOLD_BYTES = 128 * 1024
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
+
+
+def bound_process_memory() -> None:
+    """Call before the first matmul: oneDNN reads its setting once."""
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_PRIMITIVE_CACHE))
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+def release_freed_memory() -> None:
+    """Hand memory freed by load-time temporaries back to the OS (glibc keeps
+    freed mid-size blocks in its heap otherwise: ~0.7 GB after quantizing)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
