@@ -161,10 +161,15 @@ def test_stopping_ends_running_and_waiting_requests_with_the_shutdown_error(tiny
         first = await streams[0].__anext__()  # one runs; two wait for its slot
         assert not first.finished
         await asyncio.get_running_loop().run_in_executor(None, stopping.shutdown)
-        return [[out async for out in stream][-1] for stream in streams]
+        lasts = []
+        for stream in streams:
+            outs = [out async for out in stream]
+            lasts.append(outs[-1])
+        return lasts
 
     for last in asyncio.run(main()):
         assert (last.finished, last.finish_reason, last.error) == (True, "error", SHUTTING_DOWN)
         assert last.error_is_shutdown and not last.error_is_client
     with pytest.raises(EngineDeadError):
         stopping.add_request(EngineRequest("late", [2, 3], SamplingParams(max_tokens=1)))
+
