@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "bf16.h"
+#include "vec.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define VECTORIZED 1
@@ -66,7 +67,7 @@ static int quantize_activations(const uint16_t *x, int64_t M, int64_t K, Activat
         float d, sum;
         int32_t qsum;
 #if VECTORIZED
-        __m512 v0 = load_bf16(x + g * GROUP), v1 = load_bf16(x + g * GROUP + 16);
+        __m512 v0 = vf_load_bf16(x + g * GROUP), v1 = vf_load_bf16(x + g * GROUP + 16);
         d = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))) / 127.0f;
         sum = _mm512_reduce_add_ps(_mm512_add_ps(v0, v1));
         __m512 inv = _mm512_set1_ps(d > 0 ? 1.0f / d : 0.0f);
@@ -145,7 +146,7 @@ static inline __attribute__((always_inline)) void q8_tile_rows(const Activations
             acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(a->scale[m * groups + g]), acc[m]);
         }
     }
-    __m512 scale = load_bf16(scales + tile * TILE);
+    __m512 scale = vf_load_bf16(scales + tile * TILE);
     for (int m = 0; m < rows; m++) /* (q + 128) * xq over-counts by the row's offset, the same for all of W */
         _mm512_storeu_ps(out[m], _mm512_mul_ps(_mm512_sub_ps(acc[m], _mm512_set1_ps(a->offset[m])), scale));
 #else
@@ -189,7 +190,7 @@ static inline __attribute__((always_inline)) void q4_tile_rows(const Activations
             hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
         }
         const uint16_t *pg = pt + g * 2 * TILE;
-        __m512 scale = load_bf16(pg), min = load_bf16(pg + TILE);
+        __m512 scale = vf_load_bf16(pg), min = vf_load_bf16(pg + TILE);
         for (int m = 0; m < rows; m++) {
             const int8_t *xq = a->q + m * K + g * GROUP;
             __m512i isum = _mm512_setzero_si512();
