@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from inferd.arch.quantized_linear import dense_product
 from inferd.kernels import gguf_gemv
 
 
@@ -53,9 +54,7 @@ class GGUFLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // self.in_features
         if self.dense_from_rows is not None and rows >= self.dense_from_rows:
-            if self.packed_dense is not None:
-                return self.packed_dense(x)
-            return torch.nn.functional.linear(x, self.dense, self.bias)
+            return dense_product(self, x)
         if self._parts is None:
             raws = [(block_format, getattr(self, f"raw{i}")) for i, block_format in enumerate(self.formats)]
             self._parts = gguf_gemv.Parts(raws, self.in_features)

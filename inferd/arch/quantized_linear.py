@@ -75,6 +75,14 @@ def can_tile(weight: torch.Tensor, dtype: torch.dtype) -> bool:
     return dtype == torch.bfloat16 and quant_gemv.fits(*weight.shape) and quant_gemv.available()
 
 
+def dense_product(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """x through a compact layer's dense weight (`dense`, or `packed_dense`
+    once packed for oneDNN), for inputs of `dense_from_rows` rows or more."""
+    if layer.packed_dense is not None:
+        return layer.packed_dense(x)
+    return torch.nn.functional.linear(x, layer.dense, layer.bias)
+
+
 class QuantizedLinear(nn.Module):
     """y = x @ W.T (+ b) with W held as int8 or int4.
 
@@ -133,9 +141,7 @@ class QuantizedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // self.in_features
         if self.dense_from_rows is not None and rows >= self.dense_from_rows:
-            if self.packed_dense is not None:
-                return self.packed_dense(x)
-            return torch.nn.functional.linear(x, self.dense, self.bias)
+            return dense_product(self, x)
         if self.tiled:  # the decode path: kept short, it runs ~70 times a step
             return (quant_gemv.int4_matmul if self.bits == 4 else quant_gemv.int8_matmul)(
                 x, self.qweight, self.scales, self.bias, out_dtype=self.kernel_out_dtype)
