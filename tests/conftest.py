@@ -33,13 +33,14 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 TESTS = Path(__file__).parent
 LEVELS = {
     "unit": "CPU only, in memory, tiny specs",
-    "http": "in-process HTTP against an app: httpx.ASGITransport, TestClient, schemathesis or uvicorn in a thread",
+    "http": "in-process HTTP against an app: httpx.ASGITransport, TestClient, schemathesis, uvicorn or a hub in a thread",
     "process": "starts a real `inferd serve` or `inferd router` process, or an external service (etcd)",
 }
 # The names that lift a test above `unit`, heaviest level first.
 LEVEL_NAMES = {
     "process": frozenset({"EtcdServer", "ServerProcess", "RouterProcess"}),
-    "http": frozenset({"build_app", "build_router_app", "ASGITransport", "TestClient", "from_asgi", "uvicorn"}),
+    "http": frozenset({"build_app", "build_router_app", "ASGITransport", "TestClient", "from_asgi", "uvicorn",
+                       "HubServer"}),
 }
 
 
