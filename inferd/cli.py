@@ -10,7 +10,8 @@ from inferd import __version__
 from inferd.bench.options import add_bench_options
 from inferd.cli_options import add_options, build
 from inferd.config import EngineConfig, RouterOptions, ServeConfig
-from inferd.serving.sampling_defaults import DEFAULT_SAMPLING
+from inferd.cli_sampling import add_sampling_options
+from inferd.commands.store_cli import add_store_commands, run_store_command
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,14 +21,9 @@ def main(argv: list[str] | None = None) -> int:
 
     gen = sub.add_parser("generate", help="print a one-shot completion of PROMPT, streamed")
     gen.add_argument("prompt", help="the text to continue")
-    gen.add_argument("--max-tokens", type=int, default=128, help="tokens to generate (default: 128)")
-    d = DEFAULT_SAMPLING  # the server's defaults, so `generate` and a request with no sampling fields agree
-    gen.add_argument("--temperature", type=float, default=d["temperature"], help=f"0 = greedy (default: {d['temperature']})")
-    gen.add_argument("--top-p", type=float, default=d["top_p"], help=f"nucleus sampling (default: {d['top_p']})")
-    gen.add_argument("--top-k", type=int, default=d["top_k"], help=f"0 = off (default: {d['top_k']})")
-    gen.add_argument("--min-p", type=float, default=d["min_p"], help=f"0 = off (default: {d['min_p']})")
-    gen.add_argument("--seed", type=int, default=None, help="seed for reproducible sampling")
+    add_sampling_options(gen, max_tokens=128)
     add_options(gen, EngineConfig)
+    add_store_commands(sub)  # pull, import, list, show, rm, cp, run
 
     serve = sub.add_parser("serve", help="serve the model over HTTP (OpenAI and llama-server routes)")
     add_options(serve, ServeConfig)
@@ -40,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if (done := run_store_command(args)) is not None:
+        return done
     if args.command == "generate":
         from inferd.commands.generate import run_generate
 

@@ -15,10 +15,11 @@ def option(default, help: str, flag: str | None = None, short: str | None = None
 
 @dataclass
 class ModelOptions:
-    model: str | None = option(None, "a .gguf file or a Hugging Face folder; default: the bundled Gemma 3 270M", short="-m")
+    model: str | None = option(None, "a .gguf file, a Hugging Face folder, or a stored model's name (inferd list); default: the bundled Gemma 3 270M", short="-m")
     dtype: str = option("auto", "weight and activation dtype: auto (bfloat16), bfloat16, float16, float32")
     device: str = option("auto", "auto (cuda when torch sees a GPU, else cpu), cpu, cuda, cuda:N")
     threads: int = option(0, "CPU threads for torch; 0 = torch's default", short="-t")
+    data_dir: str | None = option(None, "folder for stored state: the model store (--model may name a stored model), stored responses; default: $XDG_DATA_HOME/inferd or ~/.local/share/inferd")
     weights: str = option("auto", "weight format: auto (gguf for a GGUF file on CPU, else bf16), gguf (the file's own quantized blocks, exact), bf16 (as --dtype), or on CPU, lossy but faster to decode: mixed (int8 projections and int4 LM head for decode, dense for prefill), int8, int4")
 
 
@@ -54,7 +55,6 @@ class ServerOptions:
     tool_call_parser: str | None = option(None, "tool-call format: hermes, llama3_json, mistral, generic_json; default: detected from the vocabulary")
     reasoning_format: str = option("deepseek", "deepseek: <think> text goes to reasoning_content; none: left in content")
     reasoning_budget: int = option(-1, "reasoning tokens allowed before </think> is forced; -1 = unlimited")
-    data_dir: str | None = option(None, "folder for stored state (Responses API); default: $XDG_DATA_HOME/inferd or ~/.local/share/inferd")
     responses_ttl: float = option(30 * 24 * 3600.0, "seconds a stored response is kept")
     responses_max: int = option(10000, "stored responses kept; the oldest go first")
     register: str | None = option(None, "etcd://HOST:PORT: register this worker in etcd under a lease, for `inferd router --etcd`")

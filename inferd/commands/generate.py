@@ -19,7 +19,7 @@ def run_generate(config: EngineConfig, args: argparse.Namespace) -> int:
     if config.threads:
         torch.set_num_threads(config.threads)
     try:
-        loaded = load_model(config.model, config.dtype, config.device, config.weights)
+        loaded = load_model(config.model, config.dtype, config.device, config.weights, config.data_dir)
     except (ModelNotFoundError, ValueError) as e:
         print(f"inferd: {e}", file=sys.stderr)
         return 2

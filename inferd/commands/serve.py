@@ -89,7 +89,7 @@ def load_engine(state: ServerState, on_ready=None) -> None:
     try:
         if config.threads:
             torch.set_num_threads(config.threads)
-        loaded = load_model(config.model, config.dtype, config.device, config.weights)
+        loaded = load_model(config.model, config.dtype, config.device, config.weights, config.data_dir)
         attach_model(state, loaded)
     except Exception:
         log.exception("the model failed to load; stopping")
@@ -114,7 +114,7 @@ def worker_record(state: ServerState, url: str) -> WorkerRecord:
 
 
 def run_serve(config: ServeConfig) -> int:
-    name, _ = resolve_model_path(config.model)  # fails fast on a bad path
+    name, _ = resolve_model_path(config.model, config.data_dir)  # fails fast on a bad path or name
     if config.register:
         registration.check_options(config.register, config.register_ttl)
         if config.host.endswith(".sock") and not config.advertise_url:

@@ -57,10 +57,12 @@ def resolve_dtype(dtype: str = "auto") -> torch.dtype:
     return DTYPES[dtype]
 
 
-def load_model(model: str | None = None, dtype: str = "auto", device: str = "auto", weights: str = "auto") -> LoadedModel:
+def load_model(model: str | None = None, dtype: str = "auto", device: str = "auto", weights: str = "auto",
+               data_dir: str | None = None) -> LoadedModel:
+    """`model`: a path, a stored model's name (in `data_dir`'s store), or None for the bundled one."""
     started = time.monotonic()
     bound_process_memory()
-    name, path = resolve_model_path(model)
+    name, path = resolve_model_path(model, data_dir)
     torch_dtype, torch_device = resolve_dtype(dtype), resolve_device(device)
     quantization = resolve_weights(weights, torch_dtype, torch_device)
     file_blocks = uses_file_blocks(weights, path, torch_dtype, torch_device)

@@ -25,7 +25,8 @@ def test_seeded_sampling_repeats():
     assert first.stdout == second.stdout
 
 
-def test_a_model_that_is_not_a_local_path_is_refused_clearly():
-    done = inferd("generate", "--model", "google/gemma-3-270m", "hi", timeout=60)
+def test_a_model_that_is_neither_a_path_nor_stored_is_refused_clearly(tmp_path):
+    done = inferd("generate", "--model", "google/gemma-3-270m", "--data-dir", str(tmp_path), "hi", timeout=60)
     assert done.returncode == 2
-    assert "is not a local path" in done.stderr and "does not download" in done.stderr
+    assert "is neither a local path" in done.stderr
+    assert "'google/gemma-3-270m' is not in the store (stored: gemma-3-270m); `inferd pull`" in done.stderr
