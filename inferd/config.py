@@ -61,6 +61,9 @@ class ServerOptions:
     register_prefix: str = option(DEFAULT_PREFIX, "etcd key prefix to register under")
     register_ttl: float = option(10.0, "lease seconds: a worker that dies without deregistering leaves the fleet after this")
     advertise_url: str | None = option(None, "URL routers use to reach this worker; default: http://HOST:PORT of the listening socket")
+    rate_limit_storage: str = option("memory://", "where API keys' rate-limit counters live: memory://, or redis://HOST:PORT to share them between servers")
+    isolate_cache: str = option("none", "per-key: each API key's prompts share prefix-cache blocks only with its own, so no tenant can time another's prompts")
+    cors_origin: list[str] = option((), "an origin browsers may call from, e.g. https://app.example (repeatable; * allows any)")
 
 
 @dataclass
@@ -91,6 +94,9 @@ class RouterOptions:
     request_timeout: float = option(600.0, "seconds a worker may take to answer a non-streaming request; 0 = no limit")
     worker_api_key: str | None = option(None, "API key sent to workers as 'Authorization: Bearer'")
     api_key: list[str] = option((), "API key clients must send (repeatable)")
+    data_dir: str | None = option(None, "folder for the key store (API keys, usage); default: $XDG_DATA_HOME/inferd or ~/.local/share/inferd")
+    rate_limit_storage: str = option("memory://", "where API keys' rate-limit counters live: memory://, or redis://HOST:PORT to share them between router replicas")
+    cors_origin: list[str] = option((), "an origin browsers may call from, e.g. https://app.example (repeatable; * allows any)")
     metrics: bool = option(True, "serve Prometheus metrics at /metrics")
     max_body_size: int = option(8 * 2**20, "largest request body accepted, in bytes")
     shutdown_timeout: float = option(30.0, "seconds in-flight requests may take to finish on SIGTERM")

@@ -32,6 +32,7 @@ from inferd.server.app import build_app
 from inferd.server.assemble import attach_model, new_state
 from inferd.serving.state import ServerState
 from inferd.store.responses import ResponseStore, StoreError, default_data_dir
+from inferd.tenants.store import TenantStoreError
 
 log = logging.getLogger("inferd.serve")
 
@@ -126,10 +127,13 @@ def run_serve(config: ServeConfig) -> int:
         raise SystemExit(f"inferd: {error}") from None
     api_keys = read_api_keys(config)
     check_chat_template(config)
-    state = new_state(config, name, api_keys)
+    try:
+        state = new_state(config, name, api_keys, key_store_dir=config.data_dir or default_data_dir())
+    except (ValueError, TenantStoreError) as error:
+        raise SystemExit(f"inferd: {error}") from None
     state.responses_store = open_responses_store(config)
     state.responses_store.purge_expired()
-    if not state.api_keys and not is_loopback(config.host):
+    if not state.tenants.enabled and not is_loopback(config.host):
         log.warning("listening on %s without an API key: anyone who can reach it can use it (set --api-key)", config.host)
     app = build_app(state)
     unix = config.host.endswith(".sock")
@@ -175,6 +179,7 @@ def run_serve(config: ServeConfig) -> int:
             await server.before_drain()  # already done on SIGTERM; here for any other way out
         if state.engine is not None:
             state.engine.shutdown()
+        await asyncio.to_thread(state.tenants.close)  # usage and last-used times not yet written
 
     asyncio.run(main())
     return 1 if state.load_failed or not server.started else 0

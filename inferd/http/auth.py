@@ -1,49 +1,120 @@
-"""API keys (`--api-key`, `--api-key-file`, INFERD_API_KEY).
+"""The door every request passes: a trace id, and with keys configured, the
+API key (`Authorization: Bearer <key>` or `x-api-key: <key>`), checked before
+routing so an unauthenticated client learns nothing about routes or body
+limits and no body is read. Health stays open.
 
-With keys configured, every route but health needs one, sent as
-`Authorization: Bearer <key>` (OpenAI clients) or `x-api-key: <key>`
-(Anthropic clients). Checked before routing, so an unauthenticated client
-learns nothing about routes or body limits and no body is read.
+Keys come from `tenants` (`inferd.tenants`): the bootstrap keys of
+`--api-key`, `--api-key-file` and INFERD_API_KEY, and the managed ones. The
+request then carries a ticket that the generating code admits (scope, limits)
+and that is settled here when the response has been sent in full or the
+client has gone; its x-ratelimit-* headers and the trace id go out on the
+response. Refusals answer in the envelope of the dialect that owns the path.
 """
 
 from __future__ import annotations
 
-import hmac
+import logging
 from collections.abc import Callable, Iterable
 
 from starlette.responses import Response
 
-from inferd.http.errors import APIError, Unauthorized
+from inferd.http.errors import APIError, Unauthorized, error_response
+from inferd.http.request_context import TRACE_HEADER, RequestContext, request_current, trace_id_of
+from inferd.tenants.gate import Tenants, Ticket
+from inferd.tenants.refused import Refused
+
+log = logging.getLogger("inferd.requests")
 
 # Answers an error for a path in the envelope of the dialect the path belongs to.
 ErrorResponder = Callable[[str, APIError], Response]
 
-HOW_TO_SEND = "send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'"
 WEBSOCKET_POLICY_VIOLATION = 1008
+# inferd's own paths under Ollama's /api prefix; their errors use the OpenAI envelope (`http/key_routes.py`).
+MANAGEMENT_PATHS = ("/api/keys", "/api/usage")
+
+
+class Forbidden(APIError):
+    status, type = 403, "permission_error"
+
+
+class TooManyRequests(APIError):
+    status, type = 429, "rate_limit_error"
+
+
+def refusal_error(refused: Refused) -> APIError:
+    """A tenants refusal as an HTTP error; a 429's type names what ran out, as OpenAI's do."""
+    headers = dict(refused.headers)
+    if refused.status == 401:
+        return Unauthorized(refused.message, code=refused.code, headers={"WWW-Authenticate": "Bearer", **headers})
+    if refused.status == 403:
+        return Forbidden(refused.message, code=refused.code, headers=headers or None)
+    err = TooManyRequests(refused.message, code=refused.code, headers=headers or None)
+    err.type = refused.kind or err.type
+    return err
 
 
 class ApiKeyAuth:
-    """ASGI middleware; reads the keys per request (`keys()`), so none configured means open.
-    `open_paths` (health) never need a key."""
+    """ASGI middleware. `tenants()` is read per request: no keys means open.
+    `services` are lent to every request's context (the server's request cards)."""
 
-    def __init__(self, app, keys: Callable[[], Iterable[str]], open_paths: Iterable[str], respond: ErrorResponder):
+    def __init__(self, app, tenants: Callable[[], Tenants | None], open_paths: Iterable[str],
+                 respond: ErrorResponder, services: Callable[[], dict] | None = None):
         self.app = app
-        self.keys = keys
+        self.tenants = tenants
         self.open_paths = frozenset(open_paths)
         self.respond = respond
+        self.services = services or dict
 
     async def __call__(self, scope, receive, send):
-        keys = self.keys()
-        if scope["type"] not in ("http", "websocket") or not keys or scope["path"] in self.open_paths:
+        if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)
-        sent = presented_keys(scope["headers"])
-        if any(is_valid_key(key, keys) for key in sent):
-            return await self.app(scope, receive, send)
-        if scope["type"] == "websocket":
-            return await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
-        message = f"invalid API key; {HOW_TO_SEND}" if sent else f"this server needs an API key; {HOW_TO_SEND}"
-        err = Unauthorized(message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
-        await self.respond(scope["path"], err)(scope, receive, send)
+        trace = trace_id_of(scope["headers"])
+        tenants = self.tenants()
+        ctx = RequestContext(trace_id=trace, path=scope["path"], tenants=tenants, services=self.services())
+        trace_header = (TRACE_HEADER, trace.encode())
+        if tenants is not None and tenants.enabled and scope["path"] not in self.open_paths:
+            try:
+                ctx.key = tenants.identify(presented_keys(scope["headers"]))
+            except Refused as refused:
+                if scope["type"] == "websocket":
+                    return await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
+                path, err = scope["path"], refusal_error(refused)
+                response = error_response(err) if is_management_path(path) else self.respond(path, err)
+                response.raw_headers.append(trace_header)
+                return await response(scope, receive, send)
+            ctx.ticket = Ticket(ctx.key)
+        if scope["type"] != "http":
+            with request_current(ctx):
+                return await self.app(scope, receive, send)
+        status = 500
+
+        async def send_with_headers(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                extra = [trace_header]
+                if ctx.ticket is not None:
+                    extra += [(k.lower().encode(), v.encode()) for k, v in ctx.ticket.headers.items()
+                              if k.lower() != "retry-after"]
+                names = {n for n, _ in extra}
+                headers = [h for h in message.get("headers", []) if h[0].lower() not in names]
+                message = {**message, "headers": headers + extra}
+            await send(message)
+
+        try:
+            with request_current(ctx):
+                await self.app(scope, receive, send_with_headers)
+        finally:
+            ticket = ctx.ticket
+            if ticket is not None and ticket.model:  # it reached a generating route's admission
+                await tenants.settle(ticket, status)
+                prompt, completion, cached = ticket.usage()
+                log.info("%s %s key=%s model=%s status=%d tokens=%d+%d trace=%s", scope["method"], scope["path"],
+                         ticket.key.name, ticket.model, status, prompt, completion, trace)
+
+
+def is_management_path(path: str) -> bool:
+    return any(path == p or path.startswith(p + "/") for p in MANAGEMENT_PATHS)
 
 
 def presented_keys(headers: Iterable[tuple[bytes, bytes]]) -> list[bytes]:
@@ -57,12 +128,3 @@ def presented_keys(headers: Iterable[tuple[bytes, bytes]]) -> list[bytes]:
         elif name == b"x-api-key" and value.strip():
             keys.append(value.strip())
     return keys
-
-
-def is_valid_key(candidate: bytes, keys: Iterable[str]) -> bool:
-    # Compared with every key, never stopping at a match, so the time taken
-    # tells nothing about how close a guess came or which key it matched.
-    matched = False
-    for key in keys:
-        matched |= hmac.compare_digest(candidate, key.encode())
-    return matched

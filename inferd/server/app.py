@@ -10,11 +10,13 @@ from fastapi import FastAPI, Request
 
 from inferd import __version__
 from inferd.api.registry import DIALECTS, error_response_for_path
+from inferd.http import key_routes
 from inferd.http.auth import ApiKeyAuth
+from inferd.http.cors import add_cors
 from inferd.http.body_limits import BodyLimits
 from inferd.http.errors import error_response, install_error_handlers
 from inferd.http.request_metrics import RequestMetrics
-from inferd.server.routes import cache, health, kv_events, metrics
+from inferd.server.routes import cache, health, kv_events, metrics, requests
 from inferd.serving.generation import ENGINE_UNAVAILABLE, engine_unavailable
 from inferd.serving.state import ServerState
 
@@ -22,6 +24,7 @@ from inferd.serving.state import ServerState
 def build_app(state: ServerState) -> FastAPI:
     app = FastAPI(title="inferd", version=__version__, docs_url=None, redoc_url=None)
     app.state.inferd = state
+    app.state.tenants = state.tenants
     install_error_handlers(app)
 
     async def unavailable(_: Request, exc: Exception):  # engine calls made outside a dialect's generation
@@ -31,10 +34,12 @@ def build_app(state: ServerState) -> FastAPI:
         app.add_exception_handler(exc_type, unavailable)
     app.add_middleware(BodyLimits, max_body_size=state.config.max_body_size, respond=error_response_for_path)
     # Added last runs first: metrics count every answer, auth's 401s included.
-    app.add_middleware(ApiKeyAuth, keys=lambda: state.api_keys, open_paths=health.HEALTH_PATHS,
-                       respond=error_response_for_path)
+    app.add_middleware(ApiKeyAuth, tenants=lambda: state.tenants, open_paths=health.HEALTH_PATHS,
+                       respond=error_response_for_path, services=lambda: {"cards": state.cards})
     app.add_middleware(RequestMetrics, metrics=lambda: state.metrics)
-    for router in (health.router, metrics.router, cache.router, kv_events.router):
+    add_cors(app, state.config.cors_origin)
+    for router in (health.router, metrics.router, cache.router, kv_events.router, key_routes.router,
+                   requests.router):
         app.include_router(router)
     for dialect in DIALECTS:
         app.include_router(import_module(dialect.routes).router)

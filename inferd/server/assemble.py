@@ -12,13 +12,20 @@ from inferd.models.loader import LoadedModel
 from inferd.serving.chat_features import attach_chat_features
 from inferd.serving.metrics import server_metrics
 from inferd.serving.state import ServerState
+from inferd.tenants.build import open_tenants
 
 
-def new_state(config: ServeConfig, model_name: str, api_keys: frozenset[str] = frozenset()) -> ServerState:
-    """A server with no model yet: health answers "loading" until `attach_model`."""
+def new_state(config: ServeConfig, model_name: str, api_keys: frozenset[str] = frozenset(),
+              key_store_dir=None) -> ServerState:
+    """A server with no model yet: health answers "loading" until `attach_model`.
+    Managed keys live in `key_store_dir` (None: in memory only); raises
+    ValueError on a bad tenants option, TenantStoreError on a store that cannot be opened."""
     state = ServerState(config=config, model_name=model_name, api_keys=api_keys)
     if config.metrics:
         state.metrics = server_metrics(state)
+    state.tenants = open_tenants(key_store_dir, api_keys, storage=config.rate_limit_storage,
+                                 isolate_cache=config.isolate_cache,
+                                 registry=state.metrics.registry if state.metrics is not None else None)
     return state
 
 

@@ -9,7 +9,9 @@ learns of a disconnect when its stream is closed; a whole answer
 client that leaves first aborts every request at once (`ClientDisconnected`).
 
 This is the one place the dialects meet the engine, so engine exceptions
-become HTTP errors here (a full queue is a 503 with Retry-After).
+become HTTP errors here (a full queue is a 503 with Retry-After), and the one
+place every generation passes: it gets its request card (`serving/cards.py`)
+and meters its tokens for the key that asked (`http/request_context.py`).
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from fastapi import Request
 from inferd.engine.async_engine import AsyncEngine, RequestStream
 from inferd.engine.engine_request import EngineRequest, Priority
 from inferd.engine.errors import EngineDeadError, QueueFullError
-from inferd.engine.outputs import RequestOutput, TokenLogprobs
+from inferd.engine.outputs import RequestOutput, TokenLogprobs, Usage
 from inferd.engine.sampling_params import SamplingParams
 from inferd.http.errors import APIError, BadRequest, ServiceUnavailable
+from inferd.http.request_context import RequestContext, current_request
+from inferd.serving.cards import RequestCard, RequestCards
 from inferd.serving.metrics import observe_output
 
 T = TypeVar("T")
@@ -54,6 +58,16 @@ class ClientDisconnected(APIError):
 
     def __init__(self) -> None:
         super().__init__("the client closed the connection before the answer was ready")
+
+
+class RequestCancelled(APIError):
+    """Cancelled from another connection (`POST /v1/requests/{id}/cancel`)."""
+
+    status, type = 409, "request_cancelled"
+
+    def __init__(self) -> None:
+        super().__init__("this request was cancelled (POST /v1/requests/{id}/cancel); its output is incomplete",
+                         code="cancelled")
 
 
 def new_id(prefix: str) -> str:
@@ -113,13 +127,17 @@ def submit(engine: AsyncEngine, submission: Submission, prompts: Sequence[list[i
         raise BadRequest(f"this request asks for {len(prompts)} generations (prompts x n); the server takes "
                          f"at most {room} generations (--max-queue) in one request: send fewer", param="n")
     constraints = constraints or [None] * len(prompts)
+    ctx = current_request()
+    salt = submission.cache_salt
+    if ctx is not None and ctx.tenants is not None:
+        salt = ctx.tenants.cache_salt(ctx.key, salt)
     streams: list[RequestStream] = []
     try:
         for i, (ids, p, c) in enumerate(zip(prompts, params, constraints)):
             streams.append(engine.add_request(EngineRequest(
                 request_id=f"{submission.request_id}-{i}", prompt_token_ids=ids, params=p,
                 priority=submission.priority, cache_prompt=submission.cache_prompt, constraint=c,
-                reasoning_started=submission.reasoning_started, cache_salt=submission.cache_salt,
+                reasoning_started=submission.reasoning_started, cache_salt=salt,
             )))
     except BaseException as exc:
         for s in streams:
@@ -127,14 +145,61 @@ def submit(engine: AsyncEngine, submission: Submission, prompts: Sequence[list[i
         if isinstance(exc, ENGINE_UNAVAILABLE):
             raise engine_unavailable(exc) from None
         raise
-    return Generation(streams)
+    return Generation(streams, prompts, submission.request_id, ctx)
 
 
 class Generation:
     """The engine requests of one API request, one per choice."""
 
-    def __init__(self, streams: list[RequestStream]):
+    def __init__(self, streams: list[RequestStream], prompts: Sequence[list[int]] = (), request_id: str = "",
+                 ctx: RequestContext | None = None):
         self.streams = streams
+        # Each distinct prompt counts once, as the dialects' usage counts it.
+        firsts = {id(p): i for i, p in reversed(list(enumerate(prompts)))}
+        self._firsts = sorted(firsts.values())
+        self.prompt_tokens = sum(len(prompts[i]) for i in self._firsts)
+        self.completion_tokens = [0] * len(streams)
+        self.cached_tokens = [0] * len(streams)
+        self.finished = [False] * len(streams)
+        self.ending: str | None = None  # "cancelled" | "interrupted", from the request's card
+        self.failed = False
+        self.ticket = ctx.ticket if ctx is not None else None
+        if self.ticket is not None:
+            self.ticket.meters.append(self.usage)
+        self.cards: RequestCards | None = ctx.services.get("cards") if ctx is not None else None
+        self.card: RequestCard | None = None
+        if self.cards is not None:
+            self.card = self.cards.open(RequestCard(
+                request_id, ctx.trace_id, ctx.key.name if ctx.key is not None else None, ctx.model, ctx.path,
+                prompt_tokens=self.prompt_tokens, generation=self))
+
+    def usage(self) -> tuple[int, int, int]:
+        """Prompt, completion and cached tokens so far."""
+        return self.prompt_tokens, sum(self.completion_tokens), sum(self.cached_tokens[i] for i in self._firsts)
+
+    def stop(self, how: str) -> bool:
+        """End the unfinished choices from outside: "cancelled" (the reader gets
+        `RequestCancelled`) or "interrupted" (the reader gets a normal final
+        delta; the output so far stands). False when nothing was left running."""
+        if self.ending is not None or all(self.finished):
+            return False
+        self.ending = how
+        for i, s in enumerate(self.streams):
+            if not self.finished[i] and not s.finished:
+                _end_stream(s, self.prompt_tokens, self.completion_tokens[i], self.cached_tokens[i])
+        return True
+
+    def _seen(self, i: int, out: RequestOutput) -> None:
+        self.completion_tokens[i] += len(out.token_ids)
+        if out.finished:
+            self.finished[i] = True
+            if out.usage is not None:
+                self.completion_tokens[i] = out.usage.completion_tokens
+                self.cached_tokens[i] = out.usage.cached_tokens
+        card = self.card
+        if card is not None:
+            card.add_output(out.text)
+            card.completion_tokens, card.cached_tokens = self.usage()[1:]
 
     def __len__(self) -> int:
         return len(self.streams)
@@ -149,12 +214,26 @@ class Generation:
         """Abort whatever has not finished; safe to call again."""
         for s in self.streams:
             s.close()
+        if self.card is not None:
+            state = self.ending or ("failed" if self.failed else "done" if all(self.finished) else "disconnected")
+            self.cards.close(self.card, state)
 
     async def __aiter__(self) -> AsyncIterator[tuple[int, RequestOutput]]:
         """Deltas as they arrive, tagged by choice index; a failed request raises."""
         async for i, out in _fan_in(self.streams):
+            self._seen(i, out)
             observe_output(out)
-            raise_if_failed(out)
+            try:
+                if out.finished and self.ending == "cancelled":
+                    raise RequestCancelled()
+                raise_if_failed(out)
+            except APIError as err:
+                self.failed = True
+                if self.ticket is not None:
+                    self.ticket.failed = True
+                if self.card is not None:
+                    self.card.error = err.message
+                raise
             yield i, out
 
     async def collect(self, raw: Request) -> list[Choice]:
@@ -169,6 +248,27 @@ class Generation:
         async for i, out in self:
             choices[i].add(out)
         return choices
+
+
+def _end_stream(stream: RequestStream, prompt: int, completion: int, cached: int) -> None:
+    """Make what is queued for `stream`'s reader end with a final delta of
+    its own (the output so far, finish reason "stop"), and abort the request."""
+    queued = []
+    while not stream.queue.empty():
+        queued.append(stream.queue.get_nowait())
+    if any(out.finished for out in queued):  # it finished on its own meanwhile
+        for out in queued:
+            stream.queue.put_nowait(out)
+        return
+    final = RequestOutput(stream.request_id, finished=True, finish_reason="stop")
+    for out in queued:
+        final.token_ids += out.token_ids
+        final.text += out.text
+        if out.logprobs is not None:
+            final.logprobs = (final.logprobs or []) + out.logprobs
+    final.usage = Usage(prompt, completion + len(final.token_ids), cached)
+    stream.queue.put_nowait(final)
+    stream.engine.abort(stream.request_id)  # the engine frees its slot; the reader ends with `final`
 
 
 async def unless_disconnected(raw: Request, work: Coroutine[Any, Any, T]) -> T:

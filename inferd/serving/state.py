@@ -12,6 +12,7 @@ from inferd.config import ServeConfig
 from inferd.engine.async_engine import AsyncEngine
 from inferd.models.loader import LoadedModel
 from inferd.http.errors import NotFound, ServiceUnavailable
+from inferd.serving.cards import RequestCards
 
 
 @dataclass
@@ -26,7 +27,9 @@ class ServerState:
     think_markers: object | None = None  # chat.reasoning.ThinkMarkers when the model reasons
     metrics: object | None = None  # server.metrics.ServerMetrics when --metrics
     responses_store: object | None = None  # store.responses.ResponseStore; None keeps no responses
-    api_keys: frozenset[str] = frozenset()
+    api_keys: frozenset[str] = frozenset()  # the bootstrap keys (--api-key, --api-key-file, INFERD_API_KEY)
+    tenants: object | None = None  # tenants.gate.Tenants: the keys, their limits and usage
+    cards: RequestCards = field(default_factory=RequestCards)
     started: float = field(default_factory=time.time)
     draining: bool = False
     load_failed: bool = False

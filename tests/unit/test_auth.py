@@ -12,8 +12,10 @@ import pytest
 from inferd.cli_options import add_options, build
 from inferd.commands.serve import read_api_keys
 from inferd.config import ServeConfig
-from inferd.http.auth import is_valid_key, presented_keys
+from inferd.http.auth import presented_keys
 from inferd.models.loader import load_model
+from inferd.tenants.build import open_tenants
+from inferd.tenants.keyring import KeyRing
 from served import Served, served
 
 KEYS = frozenset({"sk-first", "sk-second"})
@@ -107,7 +109,7 @@ def test_refused_before_the_body_is_judged(server):
 
 
 def test_without_keys_everything_is_open(server):
-    server.state.api_keys = frozenset()
+    server.state.tenants = open_tenants(None)
     assert send(server, "GET", "/v1/models").status_code == 200
     assert send(server, "POST", "/v1/chat/completions", json=CHAT).status_code == 200
 
@@ -120,9 +122,10 @@ def test_presented_keys_reads_both_headers():
 
 
 def test_keys_compare_as_utf8_bytes():
-    assert is_valid_key("clé-1".encode(), {"clé-1"})
-    assert not is_valid_key("clé-2".encode(), {"clé-1"})
-    assert not is_valid_key(b"", {"sk-a"})
+    ring = KeyRing(bootstrap=["clé-1"])
+    assert ring.find("clé-1".encode()).admin
+    assert ring.find("clé-2".encode()) is None
+    assert ring.find(b"") is None
 
 
 def parse_serve_options(argv: list[str]) -> ServeConfig:

@@ -23,6 +23,7 @@ from inferd.api.llamacpp.sampling import (
 from inferd.engine.outputs import RequestOutput, TokenLogprobs
 from inferd.engine.sampling_params import SamplingParams
 from inferd.http.sse import sse, sse_response
+from inferd.serving.admission import admit
 from inferd.serving.generation import (
     Choice,
     Generation,
@@ -57,6 +58,7 @@ async def run_completion(state: ServerState, req: GenerationFields, prompts: lis
     if spec is not None:  # a first-seen large schema can take a moment to compile
         await asyncio.to_thread(state.grammar.validate, spec)
     constraints = [state.grammar.constraint(spec) if spec else None for _ in prompts]
+    await admit(state.model_name, prompts, [params] * len(prompts), engine.engine.max_model_len)
     try:
         submission = Submission(new_id("cmpl"), priority, req.cache_prompt, req.cache_salt)
         generation = submit(engine, submission, prompts, [dataclasses.replace(params) for _ in prompts], constraints)

@@ -21,6 +21,7 @@ from inferd.chat.reasoning import prompt_opens_thinking
 from inferd.engine.outputs import RequestOutput
 from inferd.http.errors import to_api_error
 from inferd.serving.chat_output import ChoiceOutput
+from inferd.serving.admission import admit
 from inferd.serving.generation import Generation, Submission, new_id, request_priority, submit
 from inferd.serving.state import ServerState
 
@@ -54,6 +55,7 @@ async def generate(state: ServerState, req: GenerationRequest, prompt: Prompt, r
     markers = state.think_markers
     started = markers is not None and prompt_opens_thinking(prompt.text, markers)
     constraint = state.grammar.constraint(spec) if spec else None
+    await admit(req.model or state.model_name, [prompt.ids], [params], engine.engine.max_model_len)
     submission = Submission(new_id("ollama"), request_priority(raw), reasoning_started=started)
     generation = submit(engine, submission, [prompt.ids], [params], [constraint])
     output = ChoiceOutput(markers, started, parser)

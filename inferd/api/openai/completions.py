@@ -12,6 +12,7 @@ from inferd.api.openai.logprobs import completion_logprobs
 from inferd.api.openai.protocol import CompletionChoice, CompletionRequest, CompletionResponse, PromptTokensDetails, UsageInfo
 from inferd.http.errors import BadRequest
 from inferd.http.sse import DONE, sse, sse_response
+from inferd.serving.admission import admit
 from inferd.serving.generation import Generation, Submission, check_token_ids, new_id, request_priority, submit
 from inferd.serving.sampling import LEGACY_COMPLETIONS_MAX_TOKENS, default_max_tokens, sampling_params
 from inferd.serving.state import ServerState
@@ -41,6 +42,7 @@ async def create_completion(state: ServerState, req: CompletionRequest, raw: Req
         for j in range(req.n):
             ids.append(ids_one)
             params.append(sampling_params(req, max_tokens, req.logprobs, seed_offset=j))
+    await admit(req.model or state.model_name, ids, params, context)
     request_id = new_id("cmpl")
     submission = Submission(request_id, request_priority(raw), req.cache_prompt, req.cache_salt)
     generation = submit(engine, submission, ids, params)

@@ -1,0 +1,92 @@
+"""Request cards: what a generating request is doing, for `/v1/requests`.
+
+Every `Generation` gets a card when it is submitted: trace id, key, model,
+route, state, token counts, timings and the last 64 KiB of output. Cards of
+requests in flight are kept by id; finished ones move to a bounded ring, the
+newest first. A card can stop its generation from another connection:
+`cancel` ends the original answer with its dialect's error, `interrupt` ends
+it normally with the output so far.
+
+    queued --first output--> running --> done | cancelled | interrupted | disconnected | failed
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from inferd.serving.generation import Generation
+
+OUTPUT_TAIL = 64 * 1024  # characters of output a card keeps
+FINISHED_KEPT = 256
+ENDED = ("done", "cancelled", "interrupted", "disconnected", "failed")
+
+
+@dataclass
+class RequestCard:
+    id: str
+    trace_id: str
+    key: str | None
+    model: str
+    route: str
+    state: str = "queued"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    created: float = field(default_factory=time.time)
+    started: float = field(default_factory=time.monotonic)
+    first_token: float | None = None
+    ended: float | None = None
+    output: str = ""
+    error: str | None = None
+    generation: Generation | None = field(default=None, repr=False)
+
+    def add_output(self, text: str) -> None:
+        if self.first_token is None:
+            self.first_token = time.monotonic()
+            self.state = "running"
+        if text:
+            self.output = (self.output + text)[-OUTPUT_TAIL:]
+
+    def public(self, *, output: bool = False) -> dict:
+        now = self.ended if self.ended is not None else time.monotonic()
+        body = {
+            "id": self.id, "object": "request", "trace_id": self.trace_id, "key": self.key, "model": self.model,
+            "route": self.route, "state": self.state, "created": self.created,
+            "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                      "cached_tokens": self.cached_tokens},
+            "time_to_first_token": None if self.first_token is None else round(self.first_token - self.started, 6),
+            "duration": round(now - self.started, 6), "error": self.error,
+        }
+        if output:
+            body["output"] = self.output
+        return body
+
+
+class RequestCards:
+    def __init__(self, kept: int = FINISHED_KEPT):
+        self.in_flight: OrderedDict[str, RequestCard] = OrderedDict()
+        self.finished: deque[RequestCard] = deque(maxlen=kept)
+
+    def open(self, card: RequestCard) -> RequestCard:
+        self.in_flight[card.id] = card
+        return card
+
+    def close(self, card: RequestCard, state: str) -> None:
+        if card.id not in self.in_flight:
+            return
+        del self.in_flight[card.id]
+        card.state, card.ended, card.generation = state, time.monotonic(), None
+        self.finished.appendleft(card)
+
+    def get(self, id: str) -> RequestCard | None:
+        return self.in_flight.get(id) or next((c for c in self.finished if c.id == id), None)
+
+    def listed(self, key: str | None = None, model: str | None = None, state: str | None = None) -> list[RequestCard]:
+        """In flight first (oldest first), then finished (newest first)."""
+        cards = [*self.in_flight.values(), *self.finished]
+        return [c for c in cards if (key is None or c.key == key) and (model is None or c.model == model)
+                and (state is None or c.state == state)]

@@ -1,0 +1,141 @@
+"""One request's way past the tenants: `identify` the key it presents (401),
+`admit` it for a model and a token reservation (403, 429), and `settle` when
+it ends (the reservation becomes what was used, the lease is given back, the
+ledger gets a row).
+
+A `Ticket` is what a request carries between these steps. Whatever produces
+output adds a meter to it (a callable giving prompt, completion and cached
+tokens so far), so settling reads the counts however the request ended:
+finished, stopped, cancelled or left by its client."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from inferd.tenants.keyring import KeyRing
+from inferd.tenants.keys import ApiKey
+from inferd.tenants.ledger import Ledger
+from inferd.tenants.limiter import Limiter, Reservation, utc_day
+from inferd.tenants.refused import Refused
+
+log = logging.getLogger(__name__)
+
+Meter = Callable[[], tuple[int, int, int]]  # prompt, completion, cached tokens so far
+HOW_TO_SEND = "send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'"
+FLUSH_SECONDS = 1.0
+
+
+@dataclass
+class Ticket:
+    key: ApiKey
+    model: str = ""
+    reservation: Reservation | None = None
+    meters: list[Meter] = field(default_factory=list)
+    failed: bool = False  # ended by an error after its status line went out
+    settled: bool = False
+
+    @property
+    def admitted(self) -> bool:
+        return self.reservation is not None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return self.reservation.headers if self.reservation is not None else {}
+
+    def usage(self) -> tuple[int, int, int]:
+        totals = [0, 0, 0]
+        for meter in self.meters:
+            for i, n in enumerate(meter()):
+                totals[i] += n
+        return totals[0], totals[1], totals[2]
+
+
+class Tenants:
+    def __init__(self, ring: KeyRing, limiter: Limiter | None = None, ledger: Ledger | None = None, *,
+                 isolate_cache: bool = False, clock: Callable[[], float] = time.time):
+        self.ring = ring
+        self.limiter = limiter or Limiter(clock=clock)
+        self.ledger = ledger or Ledger(ring)
+        self.isolate_cache = isolate_cache
+        self.clock = clock
+        self._flushed = clock()
+        self._flushing: asyncio.Task | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """Keys exist, so every request must bring one."""
+        return len(self.ring) > 0
+
+    def identify(self, presented: list[bytes]) -> ApiKey:
+        if not presented:
+            raise Refused(401, f"this server needs an API key; {HOW_TO_SEND}", code="invalid_api_key")
+        now = self.clock()
+        for secret in presented:
+            key = self.ring.find(secret)
+            if key is None:
+                continue
+            if key.disabled:
+                raise Refused(401, f"API key {key.name!r} is disabled; ask an admin to enable it", code="key_disabled")
+            if key.expired(now):
+                when = datetime.fromtimestamp(key.expires_at, timezone.utc).isoformat(timespec="seconds")
+                raise Refused(401, f"API key {key.name!r} expired at {when}; ask an admin for a new one",
+                              code="key_expired")
+            self.ring.used(key, now)
+            return key
+        raise Refused(401, f"invalid API key; {HOW_TO_SEND}", code="invalid_api_key")
+
+    async def admit(self, ticket: Ticket, model: str, tokens: int) -> None:
+        """Reserve `tokens` for `model`; raises `Refused` (403 out of scope, 429 over a limit)."""
+        key = ticket.key
+        ticket.model = model
+        if not key.may_use(model):
+            raise Refused(403, f"API key {key.name!r} may not use model {model!r}; it may use "
+                               f"{', '.join(map(repr, key.scopes))}", code="model_not_allowed")
+        if ticket.reservation is not None:  # one reservation per request
+            return
+        ticket.reservation = await self.limiter.acquire(key, tokens)
+
+    async def settle(self, ticket: Ticket, status: int) -> None:
+        if ticket.settled:
+            return
+        ticket.settled = True
+        prompt, completion, cached = ticket.usage()
+        if ticket.reservation is not None:
+            try:
+                await self.limiter.settle(ticket.reservation, prompt + completion)
+            except Exception:  # a counter store gone away must not fail the answer already sent
+                log.exception("settling %s's reservation failed", ticket.key.name)
+        if ticket.admitted or status >= 400:
+            self.ledger.record(ticket.key.name, ticket.model, utc_day(self.clock()), prompt, completion, cached,
+                               status >= 400 or ticket.failed)
+        self._maybe_flush()
+
+    def cache_salt(self, key: ApiKey | None, salt: str | None) -> str | None:
+        """With `--isolate-cache per-key`, each key's prompts share cached blocks only with its own."""
+        if not self.isolate_cache or key is None:
+            return salt
+        return f"key:{key.name}" + (f"/{salt}" if salt else "")
+
+    def _maybe_flush(self) -> None:
+        now = self.clock()
+        if now - self._flushed < FLUSH_SECONDS or (self._flushing is not None and not self._flushing.done()):
+            return
+        self._flushed = now
+        self._flushing = asyncio.ensure_future(asyncio.to_thread(self._flush_logged))
+
+    def _flush_logged(self) -> None:
+        try:
+            self.ledger.flush()
+        except Exception:
+            log.exception("writing usage to the key store failed; it is kept for the next try")
+
+    def close(self) -> None:
+        """Write what is left (blocking)."""
+        self._flush_logged()
+        if self.ring.store is not None:
+            self.ring.store.close()

@@ -1,0 +1,147 @@
+"""The keys a server accepts, in memory: the stored keys (write-through to
+the `KeyStore` when there is one) and the bootstrap keys from the command
+line, which are admin keys without limits, never stored and never edited.
+
+A presented secret is found by its SHA-256 in one dict probe, then its digest
+compared with `hmac.compare_digest`: the time taken depends on neither the
+secret nor how close a guess came."""
+
+from __future__ import annotations
+
+import hmac
+import threading
+import time
+from collections.abc import Iterable
+
+from inferd.tenants.keys import ApiKey, InvalidField, check_name
+from inferd.tenants.secrets import display_prefix, hash_secret, new_secret
+from inferd.tenants.store import DuplicateKey, KeyStore
+
+
+class KeyNotFound(LookupError):
+    pass
+
+
+class LastAdminKey(Exception):
+    """Removing or demoting this key would leave nobody able to manage keys."""
+
+
+class KeyRing:
+    def __init__(self, store: KeyStore | None = None, bootstrap: Iterable[str] = ()):
+        self.store = store
+        self._lock = threading.Lock()
+        self._by_hash: dict[str, ApiKey] = {}
+        self._by_name: dict[str, ApiKey] = {}
+        self._last_used: dict[str, float] = {}  # since the last flush
+        for secret in bootstrap:
+            h = hash_secret(secret)
+            self._put(ApiKey(name=f"bootstrap-{h[:8]}", secret_hash=h, prefix=display_prefix(secret), admin=True,
+                             bootstrap=True))
+        for key in store.keys() if store is not None else ():
+            self._put(key)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def _put(self, key: ApiKey) -> None:
+        self._by_hash[key.secret_hash] = key
+        self._by_name[key.name] = key
+
+    def _drop(self, key: ApiKey) -> None:
+        self._by_hash.pop(key.secret_hash, None)
+        self._by_name.pop(key.name, None)
+
+    def find(self, secret: bytes) -> ApiKey | None:
+        digest = hash_secret(secret)
+        key = self._by_hash.get(digest)
+        if key is None or not hmac.compare_digest(digest, key.secret_hash):
+            return None
+        return key
+
+    def get(self, name: str) -> ApiKey:
+        key = self._by_name.get(name)
+        if key is None:
+            raise KeyNotFound(f"no key named {name!r}; GET /api/keys lists them")
+        return key
+
+    def all(self) -> list[ApiKey]:
+        return sorted(self._by_name.values(), key=lambda k: (not k.bootstrap, k.name))
+
+    def used(self, key: ApiKey, now: float) -> None:
+        if not key.bootstrap:
+            self._last_used[key.name] = now
+
+    def last_used(self, key: ApiKey) -> float | None:
+        return self._last_used.get(key.name, key.last_used_at)
+
+    def take_last_used(self) -> dict[str, float]:
+        """Last-used times since the previous call, for the store; the records follow them."""
+        with self._lock:
+            taken, self._last_used = self._last_used, {}
+            for name, t in taken.items():
+                key = self._by_name.get(name)
+                if key is not None:
+                    self._put(key.changed({"last_used_at": t}))
+        return taken
+
+    # -- management ----------------------------------------------------------
+    def add(self, name: str, changes: dict) -> tuple[ApiKey, str]:
+        """A new key and its secret (shown this once)."""
+        check_name(name)
+        secret = new_secret()
+        key = ApiKey(name=name, secret_hash=hash_secret(secret), prefix=display_prefix(secret)).changed(changes)
+        with self._lock:
+            if name in self._by_name:
+                raise DuplicateKey(f"a key named {name!r} already exists; PATCH it or pick another name")
+            if self.store is not None:
+                self.store.insert(key)
+            self._put(key)
+        return key, secret
+
+    def update(self, name: str, changes: dict) -> ApiKey:
+        with self._lock:
+            old = self._editable(name)
+            new = old.changed(changes)
+            if old.admin and (not new.admin or new.disabled):
+                self._check_not_last_admin(old)
+            if self.store is not None:
+                self.store.replace(new)
+            self._drop(old)
+            self._put(new)
+        return new
+
+    def rotate(self, name: str) -> tuple[ApiKey, str]:
+        """A new secret for the key; the old one stops working at once."""
+        secret = new_secret()
+        with self._lock:
+            old = self._editable(name)
+            new = old.changed({"secret_hash": hash_secret(secret), "prefix": display_prefix(secret)})
+            if self.store is not None:
+                self.store.replace(new)
+            self._drop(old)
+            self._put(new)
+        return new, secret
+
+    def remove(self, name: str) -> None:
+        with self._lock:
+            key = self._editable(name)
+            if key.admin:
+                self._check_not_last_admin(key)
+            if self.store is not None:
+                self.store.delete(name)
+            self._drop(key)
+
+    def _editable(self, name: str) -> ApiKey:
+        key = self.get(name)
+        if key.bootstrap:
+            raise InvalidField("name", f"{name!r} comes from --api-key/--api-key-file/INFERD_API_KEY; "
+                                       "change it there and restart")
+        return key
+
+    def _check_not_last_admin(self, key: ApiKey) -> None:
+        now = time.time()
+        others = [k for k in self._by_name.values()
+                  if k.admin and k.name != key.name and not k.disabled and not k.expired(now)]
+        if not others:
+            raise LastAdminKey(f"{key.name!r} is the last admin key: add another admin key first, "
+                               "or nobody could manage keys any more")
