@@ -27,9 +27,10 @@ from inferd.discovery import registration
 from inferd.discovery.record import WorkerRecord
 from inferd.kernels import isa
 from inferd.models.loader import load_model
-from inferd.models.paths import resolve_model_path
 from inferd.server.app import build_app
+from inferd.models.default_embedding import resolve_with_bundled
 from inferd.server.assemble import attach_model, new_state
+from inferd.server.pooled_models import check_embedding_options, load_encoder_model
 from inferd.serving.state import ServerState
 from inferd.store.responses import ResponseStore, StoreError, default_data_dir
 from inferd.tenants.store import TenantStoreError
@@ -90,12 +91,22 @@ def load_engine(state: ServerState, on_ready=None) -> None:
     try:
         if config.threads:
             torch.set_num_threads(config.threads)
-        loaded = load_model(config.model, config.dtype, config.device, config.weights, config.data_dir)
-        attach_model(state, loaded)
+        for model in config.embedding_model:
+            load_encoder_model(state, model)
+        if check_embedding_options(config):  # --model is an encoder
+            load_encoder_model(state, config.model, main=True)
+            state.served.loaded = True
+        else:
+            loaded = load_model(config.model, config.dtype, config.device, config.weights, config.data_dir)
+            attach_model(state, loaded)
     except Exception:
         log.exception("the model failed to load; stopping")
         state.load_failed = True
         os.kill(os.getpid(), signal.SIGTERM)
+        return
+    if state.engine is None:  # an encoder alone: logged as it loaded
+        if on_ready is not None:
+            on_ready()
         return
     cfg, engine = loaded.config, state.engine.engine
     log.info(
@@ -115,7 +126,11 @@ def worker_record(state: ServerState, url: str) -> WorkerRecord:
 
 
 def run_serve(config: ServeConfig) -> int:
-    name, _ = resolve_model_path(config.model, config.data_dir)  # fails fast on a bad path or name
+    name, _ = resolve_with_bundled(config.model, config.data_dir)  # fails fast on a bad path or name
+    try:
+        check_embedding_options(config)
+    except (ValueError, OSError) as error:
+        raise SystemExit(f"inferd: {error}") from None
     if config.register:
         registration.check_options(config.register, config.register_ttl)
         if config.host.endswith(".sock") and not config.advertise_url:
@@ -179,6 +194,7 @@ def run_serve(config: ServeConfig) -> int:
             await server.before_drain()  # already done on SIGTERM; here for any other way out
         if state.engine is not None:
             state.engine.shutdown()
+        state.served.close()
         await asyncio.to_thread(state.tenants.close)  # usage and last-used times not yet written
 
     asyncio.run(main())

@@ -9,6 +9,7 @@ from inferd.config import ServeConfig
 from inferd.engine.async_engine import AsyncEngine
 from inferd.engine.engine import Engine
 from inferd.models.loader import LoadedModel
+from inferd.server.pooled_models import serve_chat_model
 from inferd.serving.chat_features import attach_chat_features
 from inferd.serving.metrics import server_metrics
 from inferd.serving.state import ServerState
@@ -35,3 +36,5 @@ def attach_model(state: ServerState, loaded: LoadedModel) -> None:
     attach_chat_features(state, loaded)
     state.loaded = loaded
     state.engine = AsyncEngine(Engine(loaded, state.config, think_ids=think_token_ids(loaded.tokenizer)))
+    serve_chat_model(state, loaded)
+    state.served.loaded = True

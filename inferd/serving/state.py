@@ -12,6 +12,7 @@ from inferd.config import ServeConfig
 from inferd.engine.async_engine import AsyncEngine
 from inferd.models.loader import LoadedModel
 from inferd.http.errors import NotFound, ServiceUnavailable
+from inferd.serving.served_models import CHAT, ServedModels
 from inferd.serving.cards import RequestCards
 
 
@@ -33,13 +34,16 @@ class ServerState:
     started: float = field(default_factory=time.time)
     draining: bool = False
     load_failed: bool = False
+    served: ServedModels = field(default_factory=ServedModels)  # every model and what it can do
 
     @property
     def ready(self) -> bool:
-        return self.engine is not None
+        return self.engine is not None or self.served.loaded
 
     def require_engine(self) -> AsyncEngine:
         if self.engine is None:
+            if self.served.loaded:
+                self.served.pick(None, CHAT)  # no chat model here: a 400 that says so
             raise ServiceUnavailable("the model is still loading; retry shortly", code="loading",
                                      headers={"Retry-After": "2"})
         return self.engine
@@ -51,6 +55,8 @@ class ServerState:
     def check_model(self, requested: str | None) -> None:
         """Accept the served id, an alias, or no name at all."""
         if requested and requested not in self.served_names:
+            if self.served.named(requested) is not None:
+                self.served.pick(requested, CHAT)  # served here, but not for chat: a 400 that says so
             raise NotFound(
                 f"model {requested!r} is not served here; this server serves {', '.join(map(repr, self.served_names))}",
                 param="model", code="model_not_found",

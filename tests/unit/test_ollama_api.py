@@ -258,12 +258,13 @@ def test_tags_ps_show_and_version(server, loaded):
     assert call(app, "GET", "/api/version").json() == {"version": __import__("inferd").__version__}
 
 
-def test_embeddings_are_not_served(server):
+def test_a_chat_model_without_pooling_does_not_embed(server):
     app = server.app
-    for path in ("/api/embed", "/api/embeddings"):
-        r = call(app, "POST", path, {"model": "tiny", "input": "x"})
-        assert (r.status_code, r.json()) == (
-            501, {"error": "this server serves a text generation model; embeddings need an embedding model"})
+    for path, body in (("/api/embed", {"model": "tiny", "input": "x"}), ("/api/embeddings", {"model": "tiny", "prompt": "x"})):
+        r = call(app, "POST", path, body)
+        assert r.status_code == 400
+        assert r.json()["error"].startswith("model 'tiny' cannot compute embeddings: serve one beside the chat model "
+                                            "with --embedding-model")
 
 
 # -- pure pieces ----------------------------------------------------------------

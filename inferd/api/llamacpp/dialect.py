@@ -6,13 +6,16 @@ from inferd.api.openai.dialect import completion_text
 from inferd.http.dialect import Dialect, Endpoint
 
 PATHS = ("/completion", "/infill", "/tokenize", "/detokenize", "/apply-template", "/slots", "/props")
+EMBEDDING_PATHS = ("/embedding", "/embeddings")  # llama-server's own shapes, not /v1/embeddings
+RERANK_PATHS = ("/v1/rerank", "/v1/reranking", "/rerank", "/reranking")
 
 DIALECT = Dialect(
     name="llamacpp",
     routes="inferd.api.llamacpp.routes",
-    path_prefixes=PATHS,
+    path_prefixes=PATHS + EMBEDDING_PATHS + RERANK_PATHS,
     endpoints=(
         Endpoint("/completion", routing_text=completion_text, token_prompt=True),
         *(Endpoint(p) for p in ("/infill", "/tokenize", "/detokenize", "/apply-template")),
+        *(Endpoint(p) for p in EMBEDDING_PATHS + RERANK_PATHS),
     ),
 )

@@ -6,8 +6,10 @@ from fastapi import APIRouter, Depends, Request
 
 from inferd.api.llamacpp.apply_template import apply_template
 from inferd.api.llamacpp.completion import create_completion
+from inferd.api.llamacpp.embedding import EmbeddingRequest, create_embedding
 from inferd.api.llamacpp.infill import create_infill
 from inferd.api.llamacpp.props import props
+from inferd.api.llamacpp.rerank import RerankRequest, create_rerank
 from inferd.api.llamacpp.protocol import CompletionRequest, DetokenizeRequest, InfillRequest, TokenizeRequest
 from inferd.api.llamacpp.slots import slots
 from inferd.api.llamacpp.tokenize import detokenize, tokenize
@@ -53,3 +55,17 @@ async def slots_route(state: ServerState = Depends(get_state)):
 @router.get("/props")
 async def props_route(state: ServerState = Depends(get_state)):
     return props(state)
+
+
+@router.post("/embedding")
+@router.post("/embeddings")
+async def embedding(body: EmbeddingRequest, state: ServerState = Depends(get_state)):
+    return await create_embedding(state, body)
+
+
+@router.post("/v1/rerank")
+@router.post("/v1/reranking", include_in_schema=False)
+@router.post("/rerank", include_in_schema=False)
+@router.post("/reranking", include_in_schema=False)
+async def rerank_route(body: RerankRequest, state: ServerState = Depends(get_state)):
+    return await create_rerank(state, body)

@@ -10,14 +10,13 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
 from inferd.api.ollama.chat import chat
+from inferd.api.ollama.embed import EmbeddingsRequest, EmbedRequest, create_embed, create_embeddings
 from inferd.api.ollama.generate import create_generate
 from inferd.api.ollama.info import running, show, tags, version
 from inferd.api.ollama.dialect import respond
 from inferd.api.ollama.protocol import ChatRequest, GenerateRequest, ShowRequest
 from inferd.http.errors import to_api_error
 from inferd.serving.state import ServerState, get_state
-
-NO_EMBEDDINGS = "this server serves a text generation model; embeddings need an embedding model"
 
 
 def _flat_validation_message(exc: RequestValidationError) -> str:
@@ -81,6 +80,10 @@ async def version_route():
 
 
 @router.post("/embed")
+async def embed_route(body: EmbedRequest, state: ServerState = Depends(get_state)):
+    return await create_embed(state, body)
+
+
 @router.post("/embeddings")
-async def embed_route():
-    return JSONResponse({"error": NO_EMBEDDINGS}, status_code=501)
+async def embeddings_route(body: EmbeddingsRequest, state: ServerState = Depends(get_state)):
+    return await create_embeddings(state, body)

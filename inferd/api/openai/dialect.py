@@ -1,5 +1,4 @@
-"""The OpenAI dialect: chat completions, completions, models (and the
-embeddings path, forwarded to workers that serve it)."""
+"""The OpenAI dialect: chat completions, completions, embeddings, models."""
 
 from __future__ import annotations
 
@@ -28,14 +27,18 @@ def completion_text(body: Mapping) -> str:
     return prompt_text(body.get("prompt"))
 
 
+def embedding_text(body: Mapping) -> str:
+    return prompt_text(body.get("input"))
+
+
 DIALECT = Dialect(
     name="openai",
     routes="inferd.api.openai.routes",
-    path_prefixes=(*both("/chat/completions"), *both("/completions"), *both("/models"), *both("/embeddings")),
+    path_prefixes=(*both("/chat/completions"), *both("/completions"), *both("/models"), "/v1/embeddings"),
     endpoints=(
         *(Endpoint(p, routing_text=chat_messages_text, prompt_ids=chat_prompt_ids) for p in both("/chat/completions")),
         *(Endpoint(p, routing_text=completion_text, prompt_ids=completion_prompt_ids, token_prompt=True)
           for p in both("/completions")),
-        *(Endpoint(p) for p in both("/embeddings")),
+        Endpoint("/v1/embeddings", routing_text=embedding_text),
     ),
 )

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Depends, Request
 
 from inferd.api.openai.chat import create_chat_completion
 from inferd.api.openai.completions import create_completion
+from inferd.api.openai.embeddings import EmbeddingRequest, create_embeddings
 from inferd.api.openai.protocol import ChatCompletionResponse, CompletionRequest, CompletionResponse, ModelCard, ModelList
 from inferd.serving.chat_request import ChatCompletionRequest
 from inferd.serving.state import ServerState, get_state
@@ -27,11 +28,19 @@ async def completions(body: CompletionRequest, raw: Request, state: ServerState 
     return await create_completion(state, body, raw)
 
 
+@router.post("/v1/embeddings")
+async def embeddings(body: EmbeddingRequest, state: ServerState = Depends(get_state)):
+    return await create_embeddings(state, body)
+
+
 @router.get("/v1/models", response_model=ModelList)
 @router.get("/models", response_model=ModelList, include_in_schema=False)
 async def models(state: ServerState = Depends(get_state)):
-    engine = state.require_engine()
+    engine = state.engine if state.ready else state.require_engine()
     created = int(state.started)
-    return ModelList(data=[
-        ModelCard(id=name, created=created, max_model_len=engine.engine.max_model_len) for name in state.served_names
-    ])
+    chat = [] if engine is None else [
+        ModelCard(id=name, created=created, max_model_len=engine.engine.max_model_len) for name in state.served_names]
+    pooled = [ModelCard(id=name, created=created, max_model_len=m.pooled.max_tokens)  # embedding and rerank models
+              for m in state.served.models if m.pooled is not None for name in m.names if name not in
+              (ch.id for ch in chat)]
+    return ModelList(data=chat + pooled)

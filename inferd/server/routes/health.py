@@ -25,10 +25,12 @@ class Health(BaseModel):
 @router.get("/v1/health", response_model=Health, include_in_schema=False)
 @router.get("/", response_model=Health, include_in_schema=False)
 async def health(state: ServerState = Depends(get_state)):
-    if state.engine is None:
+    if not state.ready:
         body = Health(status="loading", model=state.model_name, max_parallel=state.config.parallel)
         return JSONResponse(body.model_dump(), status_code=503, headers={"Retry-After": "2"})
-    stats = state.engine.stats()
     status = "draining" if state.draining else "ok"
+    if state.engine is None:  # an embedding or rerank model alone
+        return Health(status=status, model=state.model_name, max_parallel=0)
+    stats = state.engine.stats()
     return Health(status=status, model=state.model_name, running=stats.running, waiting=stats.waiting,
                   max_parallel=stats.max_running)

@@ -1,0 +1,199 @@
+"""The BERT family of encoders (BERT, MiniLM, BGE, E5; RoBERTa-style position
+numbering), with the sequence-classification head of cross-encoders.
+
+A batch is packed: the token rows of every sequence one after another, [T, hidden],
+so the projections and the MLP never compute padding. Only attention sees
+sequences side by side, gathered into [B, heads, L, head_dim] with the padded
+keys masked (`EncoderBatch`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from inferd.arch.base import WeightLoadError
+from inferd.models.encoder_config import EncoderConfig
+
+ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+}
+
+# Hugging Face name (after the model prefix) -> this module's name.
+_RENAMES = [
+    (re.compile(r"^embeddings\.LayerNorm\."), "embed_norm."),
+    (re.compile(r"^embeddings\."), ""),
+    (re.compile(r"^encoder\.layer\.(\d+)\.attention\.output\.dense\."), r"layers.\1.attn_out."),
+    (re.compile(r"^encoder\.layer\.(\d+)\.attention\.output\.LayerNorm\."), r"layers.\1.attn_norm."),
+    (re.compile(r"^encoder\.layer\.(\d+)\.intermediate\.dense\."), r"layers.\1.up."),
+    (re.compile(r"^encoder\.layer\.(\d+)\.output\.dense\."), r"layers.\1.down."),
+    (re.compile(r"^encoder\.layer\.(\d+)\.output\.LayerNorm\."), r"layers.\1.out_norm."),
+    (re.compile(r"^pooler\.dense\."), "pooler."),
+    (re.compile(r"^classifier\.out_proj\."), "classifier."),
+    (re.compile(r"^classifier\.dense\."), "pooler."),
+]
+_QKV = re.compile(r"^encoder\.layer\.(\d+)\.attention\.self\.(query|key|value)\.(weight|bias)$")
+_SHARD = {"query": 0, "key": 1, "value": 2}
+_PREFIXES = ("bert.", "roberta.", "model.")
+# Tensors a checkpoint may carry that no encoder forward reads: masked-LM heads, buffers.
+_UNUSED = re.compile(r"^(cls\.|lm_head\.|position_ids$|embeddings\.position_ids$)")
+
+
+@dataclass
+class EncoderBatch:
+    """How packed token rows form sequences: `lengths[i]` rows each, in order."""
+
+    lengths: list[int]
+    gather: torch.Tensor | None  # [B, L] row of each padded slot (T = a zero row); None when B == 1
+    key_mask: torch.Tensor | None  # [B, 1, 1, L] True = a real key
+    scatter: torch.Tensor | None  # [T] flat index of each real row among B * L
+
+    @classmethod
+    def of(cls, lengths: Sequence[int], device: torch.device | str = "cpu") -> "EncoderBatch":
+        lengths = list(lengths)
+        if len(lengths) == 1:
+            return cls(lengths, None, None, None)
+        width = max(lengths)
+        sizes = torch.tensor(lengths)
+        starts = torch.cumsum(sizes, 0) - sizes
+        offsets = torch.arange(width)
+        real = offsets[None, :] < sizes[:, None]  # [B, L]
+        gather = torch.where(real, starts[:, None] + offsets[None, :], sum(lengths))
+        scatter = real.reshape(-1).nonzero().squeeze(1)
+        return cls(lengths, gather.to(device), real[:, None, None, :].to(device), scatter.to(device))
+
+    @property
+    def first_rows(self) -> list[int]:
+        starts, at = [], 0
+        for n in self.lengths:
+            starts.append(at)
+            at += n
+        return starts
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        hidden = cfg.hidden_size
+        self.heads, self.head_dim = cfg.num_heads, cfg.head_dim
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.attn_out = nn.Linear(hidden, hidden)
+        self.attn_norm = nn.LayerNorm(hidden, eps=cfg.layer_norm_eps)
+        self.up = nn.Linear(hidden, cfg.intermediate_size)
+        self.down = nn.Linear(cfg.intermediate_size, hidden)
+        self.out_norm = nn.LayerNorm(hidden, eps=cfg.layer_norm_eps)
+        self.act = ACTIVATIONS[cfg.hidden_act]
+
+    def forward(self, x: torch.Tensor, batch: EncoderBatch) -> torch.Tensor:
+        x = self.attn_norm(x + self.attn_out(self.attention(x, batch)))
+        return self.out_norm(x + self.down(self.act(self.up(x))))
+
+    def attention(self, x: torch.Tensor, batch: EncoderBatch) -> torch.Tensor:
+        t, hidden = x.shape
+        qkv = self.qkv(x).view(t, 3, self.heads, self.head_dim)
+        if batch.gather is None:  # one sequence: no padding, no mask
+            q, k, v = qkv.permute(1, 2, 0, 3)[:, None]  # each [1, H, T, D]
+            return F.scaled_dot_product_attention(q, k, v).squeeze(0).transpose(0, 1).reshape(t, hidden)
+        padded = torch.cat((qkv, qkv.new_zeros(1, 3, self.heads, self.head_dim)))[batch.gather]  # [B, L, 3, H, D]
+        q, k, v = padded.permute(2, 0, 3, 1, 4)  # each [B, H, L, D]
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=batch.key_mask)  # [B, H, L, D]
+        return o.transpose(1, 2).reshape(-1, hidden)[batch.scatter]
+
+
+class BertEncoder(nn.Module):
+    """Token ids in, the last layer's hidden state of every token out; with a
+    classification head, `classify` scores each sequence from its first token."""
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.cfg = cfg
+        hidden = cfg.hidden_size
+        self.word_embeddings = nn.Embedding(cfg.vocab_size, hidden)
+        self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, hidden)
+        self.token_type_embeddings = nn.Embedding(max(cfg.type_vocab_size, 1), hidden)
+        self.embed_norm = nn.LayerNorm(hidden, eps=cfg.layer_norm_eps)
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.pooler = self.classifier = None
+        if cfg.num_labels:
+            self.pooler = nn.Linear(hidden, hidden)
+            self.classifier = nn.Linear(hidden, cfg.num_labels)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, type_ids: torch.Tensor,
+                batch: EncoderBatch) -> torch.Tensor:
+        x = self.word_embeddings(input_ids) + self.position_embeddings(positions + self.cfg.position_offset)
+        x = self.embed_norm(x + self.token_type_embeddings(type_ids))
+        for layer in self.layers:
+            x = layer(x, batch)
+        return x
+
+    def classify(self, hidden: torch.Tensor, batch: EncoderBatch) -> torch.Tensor:
+        """[B, num_labels] logits in float32 from each sequence's first token."""
+        first = hidden[torch.tensor(batch.first_rows, device=hidden.device)]
+        return self.classifier(torch.tanh(self.pooler(first))).float()
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype, device: torch.device) -> None:
+        """Assign every parameter from (Hugging Face name, tensor) pairs, query,
+        key and value fused into one projection."""
+        params = dict(self.named_parameters())
+        loaded: set[str] = set()
+        qkv: dict[str, list[torch.Tensor | None]] = {}
+        for name, tensor in weights:
+            name = _strip_prefix(name)
+            fused = _QKV.match(name)
+            if fused:
+                layer, part, attr = fused.groups()
+                key = f"layers.{layer}.qkv.{attr}"
+                parts = qkv.setdefault(key, [None, None, None])
+                parts[_SHARD[part]] = tensor
+                if all(p is not None for p in parts):
+                    self._assign(params, key, torch.cat(parts), dtype, device)
+                    loaded.add(key)
+                continue
+            if _UNUSED.match(name):
+                continue
+            target = _rename(name)
+            if target.startswith(("pooler.", "classifier.")) and self.classifier is None:
+                continue  # an embedding model ignores a checkpoint's pooler
+            if target not in params:
+                raise WeightLoadError(f"checkpoint tensor {name!r} has no place in the {self.cfg.model_type} encoder")
+            self._assign(params, target, tensor, dtype, device)
+            loaded.add(target)
+        missing = sorted(set(params) - loaded)
+        if missing:
+            raise WeightLoadError(f"checkpoint lacks {len(missing)} tensors, e.g. {missing[:3]}")
+
+    def _assign(self, params, name: str, tensor: torch.Tensor, dtype: torch.dtype, device: torch.device) -> None:
+        if tuple(params[name].shape) != tuple(tensor.shape):
+            raise WeightLoadError(f"{name}: checkpoint shape {tuple(tensor.shape)} != model shape {tuple(params[name].shape)}")
+        owner_name, attr = name.rsplit(".", 1)
+        setattr(self.get_submodule(owner_name), attr,
+                nn.Parameter(tensor.to(device=device, dtype=dtype), requires_grad=False))
+
+
+def build_encoder(cfg: EncoderConfig) -> BertEncoder:
+    """An empty encoder on the meta device; `load_weights` fills it."""
+    with torch.device("meta"):
+        return BertEncoder(cfg)
+
+
+def _strip_prefix(name: str) -> str:
+    for prefix in _PREFIXES:
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def _rename(name: str) -> str:
+    for pattern, replacement in _RENAMES:
+        renamed, n = pattern.subn(replacement, name)
+        if n:
+            return renamed
+    return name

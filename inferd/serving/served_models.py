@@ -1,0 +1,98 @@
+"""Which models this process serves and what each can do: the one place that
+knows. A chat model generates through the engine; a pooled model
+(`engine.embedding.model.PooledModel`) computes embeddings or rerank scores; a
+chat model served with --pooling does both.
+
+Requests name a model and a task; `pick` answers with the model or an error
+that says what to change (404 for a name served nowhere here, 400 for a model
+that cannot do the task)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from inferd.engine.embedding.model import PooledModel
+from inferd.http.errors import BadRequest, NotFound, ServiceUnavailable
+
+CHAT, EMBED, RERANK = "chat", "embed", "rerank"
+_VERBS = {CHAT: "generate text", EMBED: "compute embeddings", RERANK: "rerank documents"}
+_HOW = {
+    CHAT: "chat and completions need a chat model (inferd serve --model)",
+    EMBED: "serve one beside the chat model with --embedding-model (all-minilm-l6-v2 is bundled), "
+           "or pool the chat model's hidden states with --pooling mean|last",
+    RERANK: "serve a cross-encoder or an embedding model with --embedding-model",
+}
+
+
+@dataclass
+class ServedModel:
+    name: str
+    tasks: frozenset[str]
+    aliases: tuple[str, ...] = ()
+    pooled: PooledModel | None = None  # how it embeds or scores
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+
+class ServedModels:
+    def __init__(self) -> None:
+        self.models: list[ServedModel] = []
+        self.loaded = False  # every model is in; until then a missing task may still be loading
+
+    def add(self, model: ServedModel) -> None:
+        self.models = [m for m in self.models if m.name != model.name] + [model]
+
+    def named(self, name: str) -> ServedModel | None:
+        return next((m for m in self.models if name in m.names), None)
+
+    def able(self, *tasks: str) -> list[ServedModel]:
+        return [m for m in self.models if m.tasks & set(tasks)]
+
+    @property
+    def serves_chat(self) -> bool:
+        return bool(self.able(CHAT))
+
+    def pick(self, requested: str | None, *tasks: str) -> ServedModel:
+        """The model a request means for the first of `tasks` it can do:
+        the one it names, or without a name the first able one."""
+        if not self.loaded:
+            raise ServiceUnavailable("the model is still loading; retry shortly", code="loading",
+                                     headers={"Retry-After": "2"})
+        if requested:
+            model = self.named(requested)
+            if model is None:
+                raise NotFound(f"model {requested!r} is not served here; this server serves "
+                               f"{_listing(self.models)}", param="model", code="model_not_found")
+            if not model.tasks & set(tasks):
+                raise BadRequest(f"model {requested!r} cannot {_VERBS[tasks[0]]}: {self._instead(tasks)}",
+                                 param="model", code="model_not_supported")
+            return model
+        able = self.able(*tasks)
+        for task in tasks:
+            for model in able:
+                if task in model.tasks:
+                    return model
+        raise BadRequest(f"no model here can {_VERBS[tasks[0]]}: {self._instead(tasks)}", param="model",
+                         code="model_not_supported")
+
+    def _instead(self, tasks: Iterable[str]) -> str:
+        able = self.able(*tasks)
+        if able:
+            return f"ask for {_listing(able)}"
+        return _HOW[next(iter(tasks))]
+
+    def describe(self) -> list[tuple[str, list[str]]]:
+        """(name, tasks) of every model, for listings."""
+        return [(m.name, sorted(m.tasks)) for m in self.models]
+
+    def close(self) -> None:
+        for model in self.models:
+            if model.pooled is not None:
+                model.pooled.close()
+
+
+def _listing(models: Iterable[ServedModel]) -> str:
+    return ", ".join(f"{m.name!r} ({', '.join(sorted(m.tasks))})" for m in models)
