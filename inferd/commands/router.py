@@ -20,6 +20,8 @@ from inferd.router.app import build_router_app
 from inferd.http.errors import ServiceUnavailable
 from inferd.router.assemble import build_router_state
 from inferd.router.state import RouterState
+from inferd.store.responses import default_data_dir
+from inferd.tenants.store import TenantStoreError
 
 log = logging.getLogger("inferd.router")
 
@@ -38,8 +40,11 @@ def check_api_keys(config: RouterOptions) -> None:
 def run_router(config: RouterOptions) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per forwarded request and health probe is noise
     check_api_keys(config)
-    state = build_router_state(config)
-    if not state.api_keys and not is_loopback(config.host):
+    try:
+        state = build_router_state(config, key_store_dir=config.data_dir or default_data_dir())
+    except TenantStoreError as error:
+        raise SystemExit(f"inferd router: {error}") from None
+    if not state.tenants.enabled and not is_loopback(config.host):
         log.warning("listening on %s without an API key: anyone who can reach it can use the fleet (set --api-key)",
                     config.host)
     server = _Server(state, uvicorn.Config(

@@ -5,9 +5,11 @@ limits and no body is read. Health stays open.
 
 Keys come from `tenants` (`inferd.tenants`): the bootstrap keys of
 `--api-key`, `--api-key-file` and INFERD_API_KEY, and the managed ones. The
-request then carries a ticket that the generating code admits (scope, limits)
-and that is settled here when the response has been sent in full or the
-client has gone; its x-ratelimit-* headers and the trace id go out on the
+request then carries a ticket: on a generating path it takes a concurrency
+lease and a request against rpm here, before any body is read; the route
+admits the model and reserves tokens (`serving/admission.py`, the router's
+`forward`); it is settled here when the response has been sent in full or
+the client has gone; its x-ratelimit-* headers and the trace id go out on the
 response. Refusals answer in the envelope of the dialect that owns the path.
 """
 
@@ -58,12 +60,14 @@ class ApiKeyAuth:
     `services` are lent to every request's context (the server's request cards)."""
 
     def __init__(self, app, tenants: Callable[[], Tenants | None], open_paths: Iterable[str],
-                 respond: ErrorResponder, services: Callable[[], dict] | None = None):
+                 respond: ErrorResponder, services: Callable[[], dict] | None = None,
+                 generating: Callable[[str], bool] = lambda path: False):
         self.app = app
         self.tenants = tenants
         self.open_paths = frozenset(open_paths)
         self.respond = respond
         self.services = services or dict
+        self.generating = generating  # paths whose requests take a lease and count against rpm here
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):
@@ -75,14 +79,18 @@ class ApiKeyAuth:
         if tenants is not None and tenants.enabled and scope["path"] not in self.open_paths:
             try:
                 ctx.key = tenants.identify(presented_keys(scope["headers"]))
+                ctx.ticket = Ticket(ctx.key)
+                if scope["type"] == "http" and self.generating(scope["path"]):
+                    await tenants.enter(ctx.ticket)
             except Refused as refused:
+                if ctx.ticket is not None:
+                    tenants.refused(ctx.ticket, refused)
                 if scope["type"] == "websocket":
                     return await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
                 path, err = scope["path"], refusal_error(refused)
                 response = error_response(err) if is_management_path(path) else self.respond(path, err)
                 response.raw_headers.append(trace_header)
                 return await response(scope, receive, send)
-            ctx.ticket = Ticket(ctx.key)
         if scope["type"] != "http":
             with request_current(ctx):
                 return await self.app(scope, receive, send)
@@ -106,7 +114,7 @@ class ApiKeyAuth:
                 await self.app(scope, receive, send_with_headers)
         finally:
             ticket = ctx.ticket
-            if ticket is not None and ticket.model:  # it reached a generating route's admission
+            if ticket is not None and ticket.admitted:
                 await tenants.settle(ticket, status)
                 prompt, completion, cached = ticket.usage()
                 log.info("%s %s key=%s model=%s status=%d tokens=%d+%d trace=%s", scope["method"], scope["path"],

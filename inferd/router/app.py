@@ -9,7 +9,10 @@ from fastapi import FastAPI
 
 from inferd import __version__
 from inferd.api.registry import error_response_for_path
+from inferd.api.generating import is_generating
+from inferd.http import key_routes
 from inferd.http.auth import ApiKeyAuth
+from inferd.http.cors import add_cors
 from inferd.http.body_limits import BodyLimits
 from inferd.http.errors import install_error_handlers
 from inferd.router import admin_routes
@@ -34,11 +37,14 @@ def build_router_app(state: RouterState, *, manage: bool = True) -> FastAPI:
 
     app = FastAPI(title="inferd router", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.router = state
+    app.state.tenants = state.tenants
     install_error_handlers(app)
     app.add_middleware(BodyLimits, max_body_size=state.config.max_body_size, respond=error_response_for_path)
     # Health stays open, as on workers.
-    app.add_middleware(ApiKeyAuth, keys=lambda: state.api_keys, open_paths=admin_routes.HEALTH_PATHS,
-                       respond=error_response_for_path)
+    app.add_middleware(ApiKeyAuth, tenants=lambda: state.tenants, open_paths=admin_routes.HEALTH_PATHS,
+                       respond=error_response_for_path, generating=is_generating)
+    add_cors(app, state.config.cors_origin)
     app.include_router(admin_routes.router)
+    app.include_router(key_routes.router)
     app.router.routes.extend(client_routes())
     return app

@@ -28,6 +28,7 @@ from inferd.router.policies import KV_AWARE_OPTIONS, make_policy
 from inferd.router.policies.base import Policy
 from inferd.router.proxy import Proxy
 from inferd.router.state import RouterState
+from inferd.tenants.build import open_tenants
 
 log = logging.getLogger("inferd.router")
 
@@ -49,8 +50,10 @@ def build_policy(config: RouterOptions, lookup: Callable, index=None) -> Policy:
 
 
 def build_router_state(config: RouterOptions, *, clock: Callable[[], float] = time.monotonic,
-                       transport: httpx.AsyncBaseTransport | None = None, metrics: bool | None = None) -> RouterState:
-    """Everything but the running tasks; raises ValueError on bad options."""
+                       transport: httpx.AsyncBaseTransport | None = None, metrics: bool | None = None,
+                       key_store_dir=None) -> RouterState:
+    """Everything but the running tasks; raises ValueError on bad options. Managed keys
+    live in `key_store_dir` (None: in memory only)."""
     records = parse_workers(list(config.worker))
     if not records and not config.etcd:
         raise ValueError("no workers: give --worker URL (repeatable) or --etcd HOST:PORT")
@@ -90,6 +93,8 @@ def build_router_state(config: RouterOptions, *, clock: Callable[[], float] = ti
         from inferd.router.metrics import RouterMetrics
 
         state.metrics = proxy.metrics = RouterMetrics(fleet)
+    state.tenants = open_tenants(key_store_dir, state.api_keys, storage=config.rate_limit_storage,
+                                 registry=state.metrics.registry if state.metrics is not None else None)
     for record in records:
         if config.policy == "precise":
             record.capabilities = [*record.capabilities, KV_EVENTS]
@@ -126,3 +131,4 @@ async def stop_router(state: RouterState) -> None:
     if state.subscriber is not None:
         await state.subscriber.close()
     await state.client.aclose()
+    await asyncio.to_thread(state.tenants.close)  # usage and last-used times not yet written

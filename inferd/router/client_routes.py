@@ -21,7 +21,8 @@ from starlette.routing import Route
 
 from inferd.api.registry import endpoints, error_response_for_path
 from inferd.http.dialect import Endpoint
-from inferd.http.errors import BadRequest, unreadable_body
+from inferd.http.errors import APIError, BadRequest, unreadable_body
+from inferd.router.admission import UsageMeter, admit_forward, with_trace_id
 from inferd.router.http_headers import request_headers
 from inferd.router.policies.direct import HEADER as WORKER_ID_HEADER
 from inferd.router.proxy import Forward
@@ -72,14 +73,18 @@ async def forward(request: Request, endpoint: Endpoint):
         pinned = await state.owners.locate(response_id, state.fleet, state.client, state.worker_headers)
     if endpoint.stores_response:
         observe = state.owners.learn
+    admitted = await admit_forward(endpoint, body, requested_model(body))
+    if isinstance(admitted, APIError):
+        return error_response_for_path(path, admitted)
     target = forwarded_target(request)
+    to_worker = request_headers(list(request.scope["headers"]), state.config.worker_api_key, state.tenants.enabled)
     fwd = Forward(
-        method=request.method, path=path, target=target,
-        headers=request_headers(list(request.scope["headers"]), state.config.worker_api_key, bool(state.api_keys)),
+        method=request.method, path=path, target=target, headers=with_trace_id(to_worker),
         body=raw, routing=routing_request(path, body, headers, state.tokenize), model=requested_model(body),
         streaming=wants_stream(endpoint, body), pinned=pinned, observe=observe,
     )
-    return state.proxy.response(fwd)
+    response = state.proxy.response(fwd)
+    return admitted.wrap(response) if isinstance(admitted, UsageMeter) else response
 
 
 def forwarded_route(endpoint: Endpoint) -> Route:

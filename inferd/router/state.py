@@ -25,7 +25,8 @@ class RouterState:
     client: httpx.AsyncClient  # one pool for forwarding, health checks and KV events
     proxy: Proxy
     metrics: object | None = None  # router.metrics.RouterMetrics when --metrics
-    api_keys: frozenset[str] = frozenset()
+    api_keys: frozenset[str] = frozenset()  # the bootstrap keys (--api-key, INFERD_API_KEY)
+    tenants: object | None = None  # tenants.gate.Tenants: the keys, their limits and usage
     owners: ResponseOwners = field(default_factory=ResponseOwners)
     tokenize: Callable | None = None  # precise mode: the prompt's token ids, rendered as a worker would
     subscriber: object | None = None  # router.kv_subscriber.KvSubscriber in precise mode

@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 
 from inferd import __version__
 from inferd.api.registry import DIALECTS, error_response_for_path
+from inferd.api.generating import is_generating
 from inferd.http import key_routes
 from inferd.http.auth import ApiKeyAuth
 from inferd.http.cors import add_cors
@@ -35,7 +36,8 @@ def build_app(state: ServerState) -> FastAPI:
     app.add_middleware(BodyLimits, max_body_size=state.config.max_body_size, respond=error_response_for_path)
     # Added last runs first: metrics count every answer, auth's 401s included.
     app.add_middleware(ApiKeyAuth, tenants=lambda: state.tenants, open_paths=health.HEALTH_PATHS,
-                       respond=error_response_for_path, services=lambda: {"cards": state.cards})
+                       respond=error_response_for_path, services=lambda: {"cards": state.cards},
+                       generating=is_generating)
     app.add_middleware(RequestMetrics, metrics=lambda: state.metrics)
     add_cors(app, state.config.cors_origin)
     for router in (health.router, metrics.router, cache.router, kv_events.router, key_routes.router,

@@ -1,9 +1,11 @@
 """One request's way past the tenants: `identify` the key it presents (401),
-`admit` it for a model and a token reservation (403, 429), and `settle` when
+admit it (403, 429), and `settle` when
 it ends (the reservation becomes what was used, the lease is given back, the
 ledger gets a row).
 
-A `Ticket` is what a request carries between these steps. Whatever produces
+Admission is two steps: `enter` at the door of a generating route (lease,
+rpm; before the body is read) and `admit` where model and prompt are known
+(scope, tokens). A `Ticket` is what a request carries between these steps. Whatever produces
 output adds a meter to it (a callable giving prompt, completion and cached
 tokens so far), so settling reads the counts however the request ended:
 finished, stopped, cancelled or left by its client."""
@@ -89,16 +91,20 @@ class Tenants:
             return key
         raise Refused(401, f"invalid API key; {HOW_TO_SEND}", code="invalid_api_key")
 
+    async def enter(self, ticket: Ticket) -> None:
+        """At the door of a generating route: a lease and a request (429 over max_concurrent or rpm)."""
+        if ticket.reservation is None:
+            ticket.reservation = await self.limiter.enter(ticket.key)
+
     async def admit(self, ticket: Ticket, model: str, tokens: int) -> None:
-        """Reserve `tokens` for `model`; raises `Refused` (403 out of scope, 429 over a limit)."""
+        """Where the prompt is known: `model` in scope (403), `tokens` reserved (429)."""
         key = ticket.key
         ticket.model = model
         if not key.may_use(model):
             raise Refused(403, f"API key {key.name!r} may not use model {model!r}; it may use "
                                f"{', '.join(map(repr, key.scopes))}", code="model_not_allowed")
-        if ticket.reservation is not None:  # one reservation per request
-            return
-        ticket.reservation = await self.limiter.acquire(key, tokens)
+        await self.enter(ticket)
+        await self.limiter.reserve(ticket.reservation, key, tokens)
 
     async def settle(self, ticket: Ticket, status: int) -> None:
         if ticket.settled:
@@ -110,9 +116,16 @@ class Tenants:
                 await self.limiter.settle(ticket.reservation, prompt + completion)
             except Exception:  # a counter store gone away must not fail the answer already sent
                 log.exception("settling %s's reservation failed", ticket.key.name)
-        if ticket.admitted or status >= 400:
+        if ticket.admitted:
             self.ledger.record(ticket.key.name, ticket.model, utc_day(self.clock()), prompt, completion, cached,
                                status >= 400 or ticket.failed)
+        self._maybe_flush()
+
+    def refused(self, ticket: Ticket, refused: Refused) -> None:
+        """A request the door turned away (429 at `enter`): one error in the ledger, nothing held."""
+        self.ledger.record(ticket.key.name, ticket.model, utc_day(self.clock()), 0, 0, 0, True)
+        if self.ledger.metrics is not None:
+            self.ledger.metrics.refused.labels(ticket.key.name, refused.kind or str(refused.status)).inc()
         self._maybe_flush()
 
     def cache_salt(self, key: ApiKey | None, salt: str | None) -> str | None:

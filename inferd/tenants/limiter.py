@@ -3,11 +3,12 @@ one-minute windows), tokens per UTC day, and requests in flight. Counters live
 in memory, or in Redis (`--rate-limit-storage redis://HOST:PORT`) so that
 router replicas and workers share one limit.
 
-Admission takes everything a request needs at once (a lease, a request, its
-token reservation) or nothing: a refusal gives back what it had taken, so a
-refused request costs its key nothing. The token reservation (prompt + the
-request's budget) is settled to what was used when the request ends, in the
-window it was taken from.
+Admission comes in two steps. At the door (`enter`), before the body is
+read: a concurrency lease and one request against rpm. Where the prompt is
+known (`reserve`): prompt + the request's budget against tpm and today's
+tokens. Each step takes all it needs or nothing, so a refusal costs its key
+nothing more. The reservation settles to what was used when the request
+ends, in the window it was taken from.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ class Reservation:
     """What an admitted request holds until it ends."""
 
     tokens: int = 0
+    reserved: bool = False  # tokens reserved (once per request)
+    request: _Taken | None = None  # the rpm window's hit
     taken: list[_Taken] = field(default_factory=list)  # token windows, to settle
     lease: str | None = None  # the concurrency counter to give back
     headers: dict[str, str] = field(default_factory=dict)  # x-ratelimit-*
@@ -79,29 +82,53 @@ class Limiter:
         self.clock = clock
 
     async def acquire(self, key: ApiKey, tokens: int) -> Reservation:
-        """Everything `key` needs for a request reserving `tokens`, or `Refused` (429) and nothing taken."""
-        lim, name, now = key.limits, key.name, self.clock()
-        held = Reservation(tokens=tokens)
-        request: _Taken | None = None
+        """`enter` then `reserve`: everything a request needs, or `Refused` and nothing taken."""
+        held = await self.enter(key)
+        try:
+            await self.reserve(held, key, tokens)
+        except BaseException:
+            await self.settle(held, 0, give_back_request=True)
+            raise
+        return held
+
+    async def enter(self, key: ApiKey) -> Reservation:
+        """A concurrency lease and one request against rpm, or `Refused` (429) and nothing taken.
+        Checked at the door, before the body is read."""
+        lim, name = key.limits, key.name
+        held = Reservation()
         try:
             if lim.max_concurrent:
                 lease = f"inferd/concurrent/{name}"
                 if await self.storage.incr(lease, LEASE_EXPIRY, 1) > lim.max_concurrent:
                     await self.storage.incr(lease, LEASE_EXPIRY, -1)
                     raise Refused(429, f"this key already has {lim.max_concurrent} requests in flight "
-                                       f"(max_concurrent); wait for one to finish", code="rate_limit_exceeded", kind="concurrency",
-                                  headers={"Retry-After": "1"})
+                                       "(max_concurrent); wait for one to finish", code="rate_limit_exceeded",
+                                  kind="concurrency", headers={"Retry-After": "1"})
                 held.lease = lease
             if lim.rpm:
                 item = RateLimitItemPerMinute(lim.rpm)
-                taken = request = await self._take(item, 1, name, "requests")
+                taken = await self._take(item, 1, name, "requests")
                 if taken is None:
                     wait = await self._wait(item, name, "requests")
                     raise Refused(429, f"rate limit of {lim.rpm} requests per minute reached for this key; "
-                                       f"retry in {duration(wait)}", code="rate_limit_exceeded",
-                                  kind="requests", headers=self._exhausted("requests", lim.rpm, wait))
-                held.headers.update(self._headers("requests", lim.rpm, taken.amount, item, taken))
+                                       f"retry in {duration(wait)}", code="rate_limit_exceeded", kind="requests",
+                                  headers=self._exhausted("requests", lim.rpm, wait))
+                held.request = taken
+                held.headers.update(self._headers("requests", lim.rpm, taken))
                 held.headers["x-ratelimit-remaining-requests"] = str(max(0, lim.rpm - await self._used(taken.key)))
+        except BaseException:
+            await self.settle(held, 0)
+            raise
+        return held
+
+    async def reserve(self, held: Reservation, key: ApiKey, tokens: int) -> None:
+        """Reserve `tokens` (prompt + budget) against tpm and today's tokens, or
+        `Refused` (429) with no tokens taken. Once per request."""
+        if held.reserved:
+            return
+        lim, name, now = key.limits, key.name, self.clock()
+        taken_here: list[_Taken] = []
+        try:
             if lim.tpm:
                 if tokens > lim.tpm:
                     raise Refused(429, f"this request needs {tokens} tokens (prompt + max tokens), more than this "
@@ -113,9 +140,10 @@ class Limiter:
                     wait = await self._wait(item, name, "tokens")
                     raise Refused(429, f"rate limit of {lim.tpm} tokens per minute reached for this key "
                                        f"(this request reserves {tokens}); retry in {duration(wait)}",
-                                  code="rate_limit_exceeded", kind="tokens", headers=self._exhausted("tokens", lim.tpm, wait))
-                held.taken.append(taken)
-                held.headers.update(self._headers("tokens", lim.tpm, tokens, item, taken))
+                                  code="rate_limit_exceeded", kind="tokens",
+                                  headers=self._exhausted("tokens", lim.tpm, wait))
+                taken_here.append(taken)
+                held.headers.update(self._headers("tokens", lim.tpm, taken))
                 held.headers["x-ratelimit-remaining-tokens"] = str(max(0, lim.tpm - await self._used(taken.key)))
             if lim.daily_tokens:
                 if tokens > lim.daily_tokens:
@@ -126,26 +154,33 @@ class Limiter:
                 if taken is None:
                     wait = seconds_to_midnight(now)
                     raise Refused(429, f"this key has used its {lim.daily_tokens} tokens for today (UTC); "
-                                       f"it may continue at 00:00 UTC", code="rate_limit_exceeded", kind="daily_tokens",
-                                  headers={"Retry-After": str(math.ceil(wait))})
-                held.taken.append(taken)
+                                       "it may continue at 00:00 UTC", code="rate_limit_exceeded",
+                                  kind="daily_tokens", headers={"Retry-After": str(math.ceil(wait))})
+                taken_here.append(taken)
         except BaseException:
-            if request is not None:  # a refused request does not count against rpm
-                held.taken.append(request)
-            await self.settle(held, 0)
+            for t in taken_here:
+                await self._give_back(t, t.amount)
             raise
-        return held
+        held.reserved, held.tokens = True, tokens
+        held.taken += taken_here
 
-    async def settle(self, held: Reservation, used: int) -> None:
-        """Give back the lease and the part of the reservation not used (or take the overrun)."""
+    async def settle(self, held: Reservation, used: int, *, give_back_request: bool = False) -> None:
+        """Give back the lease and the part of the reservation not used (or take
+        the overrun); the request stays counted unless `give_back_request`. Safe to call again."""
         if held.lease is not None:
             lease, held.lease = held.lease, None
             await self.storage.incr(lease, LEASE_EXPIRY, -1)
+        if give_back_request and held.request is not None:
+            await self._give_back(held.request, 1)
+        held.request = None
         taken, held.taken = held.taken, []
         for t in taken:
-            delta = used - t.amount
-            if delta and await self.storage.get_expiry(t.key) == t.reset:
-                await self.storage.incr(t.key, t.expiry, delta)
+            await self._give_back(t, t.amount - used)
+
+    async def _give_back(self, t: _Taken, amount: int) -> None:
+        """Return `amount` (negative: take more) to the window `t` was taken from, if it is still that window."""
+        if amount and await self.storage.get_expiry(t.key) == t.reset:
+            await self.storage.incr(t.key, t.expiry, -amount)
 
     async def in_flight(self, key: ApiKey) -> int:
         return await self.storage.get(f"inferd/concurrent/{key.name}")
@@ -164,7 +199,7 @@ class Limiter:
         stats = await self.windows.get_window_stats(item, *identifiers)
         return max(0.0, stats.reset_time - self.clock())
 
-    def _headers(self, kind: str, limit: int, cost: int, item, taken: _Taken) -> dict[str, str]:
+    def _headers(self, kind: str, limit: int, taken: _Taken) -> dict[str, str]:
         return {f"x-ratelimit-limit-{kind}": str(limit),
                 f"x-ratelimit-reset-{kind}": duration(max(0.0, taken.reset - self.clock()))}
 

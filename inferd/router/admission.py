@@ -1,0 +1,149 @@
+"""Admission of a forwarded request for the key that sent it. The door
+(`http/auth.py`) has taken the lease and counted the request; here the model
+must be in the key's scopes (403) and its tokens must fit (429). The router
+holds no tokenizer for most policies, so the reservation is an estimate: the
+prompt's characters / 4, plus the request's own token budget when it names
+one. It settles to the usage the worker reports in its answer (OpenAI,
+Anthropic, Responses, Ollama and llama-server fields, streamed or whole),
+read as the bytes pass; an answer that reports none is charged the estimate.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from inferd.http.auth import refusal_error
+from inferd.http.dialect import Endpoint
+from inferd.http.errors import APIError
+from inferd.http.request_context import TRACE_HEADER, current_request
+from inferd.tenants.refused import Refused
+
+CHARS_PER_TOKEN = 4
+_BUDGET_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "n_predict")
+_USAGE_MARKS = (b"usage", b"eval_count", b"tokens_predicted")
+MAX_LINE = 1 << 20  # a line longer than this is not looked into for usage
+
+
+def budget_of(body: Mapping) -> int:
+    """The output tokens a request allows itself, when it says (0 when it does not)."""
+    options = body.get("options") if isinstance(body.get("options"), Mapping) else {}
+    for value in [*(body.get(f) for f in _BUDGET_FIELDS), options.get("num_predict")]:
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
+
+
+def prompt_estimate(endpoint: Endpoint, body: Mapping) -> int:
+    if endpoint.routing_text is None:
+        return 0
+    try:
+        text = endpoint.routing_text(body)
+    except (TypeError, ValueError, AttributeError):
+        return 0
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+@dataclass
+class UsageMeter:
+    """Reads token counts out of an answer's bytes as they pass to the client."""
+
+    estimate: tuple[int, int] = (0, 0)  # prompt, completion: charged when the answer reports none
+    seen: dict[str, int] = field(default_factory=dict)
+    _carry: bytes = b""
+
+    def usage(self) -> tuple[int, int, int]:
+        if not self.seen:
+            return self.estimate[0], self.estimate[1], 0
+        return self.seen.get("prompt", 0), self.seen.get("completion", 0), self.seen.get("cached", 0)
+
+    def feed(self, data: bytes) -> None:
+        lines = (self._carry + data).split(b"\n")
+        self._carry = lines.pop()
+        if len(self._carry) > MAX_LINE:
+            self._carry = b""
+        for line in lines:
+            self._read(line)
+
+    def finish(self) -> None:
+        self._read(self._carry)
+        self._carry = b""
+
+    def _read(self, line: bytes) -> None:
+        if not any(mark in line for mark in _USAGE_MARKS):
+            return
+        line = line.strip()
+        if line.startswith(b"data:"):
+            line = line[5:].strip()
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):
+            return
+        for name, value in usage_fields(obj).items():
+            self.seen[name] = max(self.seen.get(name, 0), value)
+
+    def wrap(self, app):
+        async def metered(scope, receive, send):
+            async def send_counting(message):
+                if message["type"] == "http.response.body":
+                    self.feed(message.get("body", b""))
+                    if not message.get("more_body", False):
+                        self.finish()
+                await send(message)
+
+            await app(scope, receive, send_counting)
+
+        return metered
+
+
+def usage_fields(obj) -> dict[str, int]:
+    """prompt, completion and cached token counts in one answer object or event, as each dialect names them."""
+    if not isinstance(obj, dict):
+        return {}
+    found: dict[str, int] = {}
+    for holder in (obj, obj.get("response"), obj.get("message")):
+        usage = holder.get("usage") if isinstance(holder, dict) else None
+        if isinstance(usage, dict):
+            _put(found, "prompt", usage.get("prompt_tokens", usage.get("input_tokens")))
+            _put(found, "completion", usage.get("completion_tokens", usage.get("output_tokens")))
+            details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
+            _put(found, "cached", details.get("cached_tokens") if isinstance(details, dict) else None)
+            _put(found, "cached", usage.get("cache_read_input_tokens"))
+    _put(found, "prompt", obj.get("prompt_eval_count"))  # Ollama
+    _put(found, "completion", obj.get("eval_count"))
+    _put(found, "prompt", obj.get("tokens_evaluated"))  # llama-server
+    _put(found, "completion", obj.get("tokens_predicted"))
+    _put(found, "cached", obj.get("tokens_cached"))
+    return found
+
+
+def _put(found: dict, name: str, value) -> None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        found[name] = max(found.get(name, 0), value)
+
+
+async def admit_forward(endpoint: Endpoint, body: Mapping, model: str | None) -> UsageMeter | APIError | None:
+    """A meter for the answer once admitted; an error to answer with if refused; None without keys."""
+    ctx = current_request()
+    if ctx is None:
+        return None
+    ctx.model = model or ""
+    if ctx.ticket is None or not ctx.ticket.admitted:  # no keys, or not a generating path
+        return None
+    prompt, budget = prompt_estimate(endpoint, body), budget_of(body)
+    try:
+        await ctx.tenants.admit(ctx.ticket, model or "", prompt + budget)
+    except Refused as refused:
+        return refusal_error(refused)
+    meter = UsageMeter(estimate=(prompt, budget))
+    ctx.ticket.meters.append(meter.usage)
+    return meter
+
+
+def with_trace_id(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The request's trace id goes to the worker, which logs and echoes it."""
+    ctx = current_request()
+    if ctx is None or any(name.lower() == TRACE_HEADER for name, _ in headers):
+        return headers
+    return [*headers, (TRACE_HEADER, ctx.trace_id.encode())]

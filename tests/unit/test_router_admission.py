@@ -1,0 +1,52 @@
+"""The router's side of admission: budgets and prompt estimates from request
+bodies, and the usage each dialect reports, read from the answer's bytes as
+they pass (split anywhere)."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferd.api.registry import endpoints
+from inferd.router.admission import UsageMeter, budget_of, prompt_estimate
+
+ANSWERS = {
+    "openai": b'data: {"choices":[]}\n\ndata: {"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":5,'
+              b'"prompt_tokens_details":{"cached_tokens":8}}}\n\ndata: [DONE]\n\n',
+    "anthropic": b'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":12,'
+                 b'"output_tokens":1}}}\n\nevent: message_delta\ndata: {"type":"message_delta","usage":'
+                 b'{"output_tokens":5}}\n\n',
+    "responses": b'event: response.completed\ndata: {"type":"response.completed","response":{"usage":'
+                 b'{"input_tokens":12,"output_tokens":5,"input_tokens_details":{"cached_tokens":8}}}}\n\n',
+    "ollama": b'{"done":false}\n{"done":true,"prompt_eval_count":12,"eval_count":5}\n',
+    "llamacpp": b'{"content":"x","tokens_evaluated":12,"tokens_predicted":5,"tokens_cached":8}',
+}
+
+
+@pytest.mark.parametrize("dialect", ANSWERS)
+@pytest.mark.parametrize("cut", [1, 7, 1000])
+def test_usage_is_read_from_every_dialect_however_the_bytes_are_cut(dialect, cut):
+    meter = UsageMeter(estimate=(99, 99))
+    data = ANSWERS[dialect]
+    for i in range(0, len(data), cut):
+        meter.feed(data[i:i + cut])
+    meter.finish()
+    prompt, completion, cached = meter.usage()
+    assert (prompt, completion) == (12, 5)
+    assert cached == (0 if dialect in ("anthropic", "ollama") else 8)
+
+
+def test_an_answer_without_usage_is_charged_the_estimate():
+    meter = UsageMeter(estimate=(10, 64))
+    meter.feed(b'data: {"choices":[{"delta":{"content":"usage"}}]}\n\n')
+    meter.finish()
+    assert meter.usage() == (10, 64, 0)
+
+
+def test_budgets_and_estimates():
+    assert budget_of({"max_tokens": 7}) == 7
+    assert budget_of({"max_output_tokens": 9}) == 9
+    assert budget_of({"options": {"num_predict": 11}}) == 11
+    assert budget_of({"n_predict": -1}) == 0 and budget_of({"max_tokens": True}) == 0
+    chat = endpoints()["/v1/chat/completions"]
+    assert prompt_estimate(chat, {"messages": [{"role": "user", "content": "x" * 40}]}) >= 10
+    assert prompt_estimate(chat, {"messages": "nonsense"}) >= 0
