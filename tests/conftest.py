@@ -117,6 +117,13 @@ def _code_names(code) -> set[str]:
     return names
 
 
+@pytest.fixture(scope="session", autouse=True)
+def model_store_of_the_session(tmp_path_factory):
+    """In-process servers and commands that name no --data-dir keep their model store
+    here, not in the user's home (a real `inferd serve` in a test gets a --data-dir)."""
+    os.environ["INFERD_DATA_DIR"] = str(tmp_path_factory.mktemp("inferd-data"))
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     return write_tiny_model(tmp_path_factory.mktemp("tiny-gemma3"))

@@ -10,11 +10,11 @@ the stored models with their manifests, and a name resolved to files.
 Torch-free: listing models or resolving a name loads no engine.
 """
 
-from inferd.model_store.errors import (BadModelName, IntegrityError, ModelNotStored, NotEnoughSpace,
+from inferd.model_store.errors import (BadModelName, IntegrityError, ModelNotStored, NotEnoughSpace, Refused,
                                        StoreError)
 from inferd.model_store.manifest import Manifest, StoredFile
 from inferd.model_store.names import ModelName
 from inferd.model_store.store import ModelStore
 
 __all__ = ["BadModelName", "IntegrityError", "Manifest", "ModelName", "ModelNotStored", "ModelStore",
-           "NotEnoughSpace", "StoreError", "StoredFile"]
+           "NotEnoughSpace", "Refused", "StoreError", "StoredFile"]

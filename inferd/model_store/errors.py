@@ -4,6 +4,7 @@
       ModelNotStored        a name with no manifest (also a LookupError)
       IntegrityError        bytes that do not match their sha256
       NotEnoughSpace        a pull or import that would not fit on the disk
+      Refused               what the store will not do (remove the bundled model)
     BadModelName            (ValueError) a name that is not name[:tag] or owner/repo[:QUANT]
 """
 
@@ -24,6 +25,10 @@ class ModelNotStored(StoreError, LookupError):
         super().__init__(f"model {name!r} is not in the store (stored: {listed}); "
                          f"`inferd pull` fetches one from Hugging Face, `inferd import` adds a local file or folder")
         self.name, self.available = name, available
+
+
+class Refused(StoreError):
+    """A request the store turns down; the caller's to change."""
 
 
 class IntegrityError(StoreError):

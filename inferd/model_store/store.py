@@ -21,7 +21,7 @@ from filelock import FileLock
 
 from inferd.model_store.blobs import Blobs
 from inferd.model_store.bundled import BUNDLED, bundled_manifest, is_current
-from inferd.model_store.errors import IntegrityError, ModelNotStored, StoreError
+from inferd.model_store.errors import IntegrityError, ModelNotStored, Refused, StoreError
 from inferd.model_store.hashing import sha256_of
 from inferd.model_store.layout import data_dir
 from inferd.model_store.manifest import Manifest, StoredFile
@@ -122,7 +122,7 @@ class ModelStore:
         """Forget `name`; blobs no other manifest names are deleted."""
         parsed = _parsed(name)
         if parsed == BUNDLED:
-            raise StoreError(f"{BUNDLED.short!r} is the bundled model: it comes with inferd, takes no space in the "
+            raise Refused(f"{BUNDLED.short!r} is the bundled model: it comes with inferd, takes no space in the "
                              "store and stays; `inferd cp` gives it another name")
         with self.lock():
             manifest = self.require(parsed)

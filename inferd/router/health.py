@@ -57,7 +57,9 @@ async def learn_models(fleet: Fleet, worker: Worker, client: httpx.AsyncClient, 
         return  # tried again on the next healthy check
     if not isinstance(data, list):
         return
-    cards = [card for card in data if isinstance(card, dict) and isinstance(card.get("id"), str)]
+    # Stored models a worker lists but has not loaded ("loaded": false) are not routed to: it answers for loaded ones.
+    cards = [card for card in data if isinstance(card, dict) and isinstance(card.get("id"), str)
+             and card.get("loaded", True) is not False]
     if fleet.get(worker.id) is not worker:
         return  # it left (or was replaced) while we asked
     fleet.model_cards[worker.id] = cards

@@ -32,6 +32,7 @@ class InferdProcess:
     # Subclasses set `host` and `api_key` (a list) before calling __init__.
     host: str
     api_key: list[str]
+    env: dict[str, str] = {}  # more environment for the child (HF_ENDPOINT, ...); set before start()
 
     def __init__(self, port: int, startup_timeout: float, log_path: str | os.PathLike | None):
         self.port = port
@@ -89,6 +90,7 @@ class InferdProcess:
         # The child sees no INFERD_* settings from the developer's shell: only the flags count.
         env = {k: v for k, v in os.environ.items() if not k.startswith("INFERD_")}
         env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.env)
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             self.args(), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env,

@@ -46,3 +46,28 @@ def http(tiny_server):
     with tiny_server.http() as c:
         yield c
 
+
+
+@pytest.fixture(scope="session")
+def hub(tmp_path_factory, tiny_model_dir):
+    """A hub-shaped server (tests/hub_server.py): acme/Tiny-GGUF (Q4_K_M and Q8_0 files) and acme/tiny (a folder)."""
+    from hub_server import HubServer, small_gguf
+
+    folder = tmp_path_factory.mktemp("hub-files")
+    with HubServer() as hub:
+        hub.add_repo("acme/Tiny-GGUF", {"Tiny-Q4_K_M.gguf": small_gguf(folder / "q4.gguf"),
+                                        "Tiny-Q8_0.gguf": small_gguf(folder / "q8.gguf", file_type=7, rows=8)},
+                     license="apache-2.0")
+        hub.add_repo("acme/tiny", {p.name: p.read_bytes() for p in tiny_model_dir.iterdir()})
+        yield hub
+
+
+@pytest.fixture(scope="session")
+def store_server(tiny_model_dir, server_logs, hub, tmp_path_factory):
+    """The tiny model served with a model store of its own, pulling from `hub`."""
+    server = ServerProcess(tiny_model_dir, port=0, parallel=2, ctx_size=TINY_CTX, log_path=server_logs / "store.log",
+                           extra_args=["--data-dir", str(tmp_path_factory.mktemp("store-data"))])
+    server.env = {"HF_ENDPOINT": hub.url}
+    server.start()
+    yield server
+    server.stop()

@@ -58,8 +58,9 @@ def test_generate(sdk, tiny_server):
 
 
 def test_list_show_ps_and_version(sdk, tiny_server):
-    [model] = sdk.list().models
-    assert model.model == tiny_server.model_name
+    listed = sdk.list().models  # the served model, then the stored ones (the bundled model at least)
+    model = listed[0]
+    assert model.model == tiny_server.model_name and "gemma-3-270m:latest" in {m.model for m in listed}
     assert model.size > 0 and model.details.format == "safetensors"
     shown = sdk.show(tiny_server.model_name)
     assert "completion" in shown.capabilities

@@ -238,7 +238,8 @@ def test_tags_ps_show_and_version(server, loaded):
     details = {"parent_model": "", "format": "safetensors", "family": "gemma3_text", "families": ["gemma3_text"],
                "parameter_size": f"{sum(p.numel() for p in loaded.model.parameters()) / 1e3:.1f}K",
                "quantization_level": "F32"}
-    [model] = call(app, "GET", "/api/tags").json()["models"]
+    model, *stored = call(app, "GET", "/api/tags").json()["models"]  # the served model, then the stored ones
+    assert "gemma-3-270m:latest" in {m["name"] for m in stored}
     assert set(model) == {"name", "model", "modified_at", "size", "digest", "details"}
     assert (model["name"], model["model"], model["details"]) == ("tiny", "tiny", details)
     assert model["size"] > 0 and len(model["digest"]) == 64

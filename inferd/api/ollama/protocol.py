@@ -83,3 +83,26 @@ class ShowRequest(OllamaModel):
 
     def requested(self) -> str:
         return self.model or self.name or ""
+
+
+class PullRequest(OllamaModel):
+    model: str | None = None
+    name: str | None = None  # the field's older name
+    insecure: bool = False  # Ollama's registry option; pulls here go to the Hugging Face Hub over its own TLS
+    stream: bool = True
+
+    def requested(self) -> str:
+        return self.model or self.name or ""
+
+
+class DeleteRequest(OllamaModel):
+    model: str | None = None
+    name: str | None = None
+
+    def requested(self) -> str:
+        return self.model or self.name or ""
+
+
+class CopyRequest(OllamaModel):
+    source: str = Field(min_length=1)
+    destination: str = Field(min_length=1)

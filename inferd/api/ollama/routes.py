@@ -6,15 +6,17 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 
 from inferd.api.ollama.chat import chat
 from inferd.api.ollama.embed import EmbeddingsRequest, EmbedRequest, create_embed, create_embeddings
 from inferd.api.ollama.generate import create_generate
-from inferd.api.ollama.info import running, show, tags, version
+from inferd.api.ollama import store_info
+from inferd.api.ollama.info import running, version
+from inferd.api.ollama.pull import create_pull
 from inferd.api.ollama.dialect import respond
-from inferd.api.ollama.protocol import ChatRequest, GenerateRequest, ShowRequest
+from inferd.api.ollama.protocol import ChatRequest, CopyRequest, DeleteRequest, GenerateRequest, PullRequest, ShowRequest
 from inferd.http.errors import to_api_error
 from inferd.serving.state import ServerState, get_state
 
@@ -61,12 +63,29 @@ async def generate_route(body: GenerateRequest, raw: Request, state: ServerState
 
 @router.get("/tags")
 async def tags_route(state: ServerState = Depends(get_state)):
-    return tags(state)
+    return await store_info.tags(state)
 
 
 @router.post("/show")
 async def show_route(body: ShowRequest, state: ServerState = Depends(get_state)):
-    return show(state, body)
+    return await store_info.show(state, body)
+
+
+@router.post("/pull", responses=_NDJSON)
+async def pull_route(body: PullRequest, state: ServerState = Depends(get_state)):
+    return await create_pull(state, body)
+
+
+@router.delete("/delete")
+async def delete_route(body: DeleteRequest, state: ServerState = Depends(get_state)):
+    await store_info.delete(state, body)
+    return Response(status_code=200)
+
+
+@router.post("/copy")
+async def copy_route(body: CopyRequest, state: ServerState = Depends(get_state)):
+    await store_info.copy(state, body)
+    return Response(status_code=200)
 
 
 @router.get("/ps")

@@ -142,6 +142,8 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str = "inferd"
     max_model_len: int | None = None
+    loaded: bool | None = None  # served now, or only stored (loaded on demand once a server does that)
+    capabilities: list[str] | None = None  # completion, chat, tools, embeddings, rerank
 
 
 class ModelList(BaseModel):

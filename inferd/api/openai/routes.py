@@ -6,6 +6,7 @@ from fastapi import APIRouter, Depends, Request
 
 from inferd.api.openai.chat import create_chat_completion
 from inferd.api.openai.completions import create_completion
+from inferd.api.openai.models import find_model, list_models
 from inferd.api.openai.embeddings import EmbeddingRequest, create_embeddings
 from inferd.api.openai.protocol import ChatCompletionResponse, CompletionRequest, CompletionResponse, ModelCard, ModelList
 from inferd.serving.chat_request import ChatCompletionRequest
@@ -43,4 +44,10 @@ async def models(state: ServerState = Depends(get_state)):
     pooled = [ModelCard(id=name, created=created, max_model_len=m.pooled.max_tokens)  # embedding and rerank models
               for m in state.served.models if m.pooled is not None for name in m.names if name not in
               (ch.id for ch in chat)]
-    return ModelList(data=chat + pooled)
+    return await list_models(state, chat + pooled)
+
+
+@router.get("/v1/models/{model_id:path}", response_model=ModelCard)
+@router.get("/models/{model_id:path}", response_model=ModelCard, include_in_schema=False)
+async def model(model_id: str, state: ServerState = Depends(get_state)):
+    return find_model((await models(state)).data, model_id)

@@ -1,0 +1,57 @@
+"""GET /v1/models and /v1/models/{id}: the served models (loaded) and every
+stored one (not loaded), each with what it can do."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from inferd.api.openai.protocol import ModelCard, ModelList
+from inferd.api.stored_models import in_store, served_capabilities, unserved
+from inferd.http.errors import NotFound
+from inferd.model_store import BadModelName, Manifest, ModelName
+from inferd.serving.state import ServerState
+
+_TASKS = {"chat": ["completion", "chat"], "embed": ["embeddings"], "rerank": ["rerank"]}
+
+
+async def list_models(state: ServerState, served: list[ModelCard]) -> ModelList:
+    for card in served:
+        card.loaded = True
+        card.capabilities = _capabilities(state, card.id)
+    known = {card.id for card in served}
+    stored = await in_store(state, lambda store: store.models())
+    extra = [stored_card(m) for m in unserved(state, stored) if m.model_name.short not in known]
+    return ModelList(data=served + extra)
+
+
+def find_model(cards: list[ModelCard], model_id: str) -> ModelCard:
+    for card in cards:
+        if card.id == model_id or _same_name(card.id, model_id):
+            return card
+    raise NotFound(f"model {model_id!r} does not exist here; GET /v1/models lists the served and stored models",
+                   param="model", code="model_not_found")
+
+
+def stored_card(m: Manifest) -> ModelCard:
+    created = int(datetime.fromisoformat(m.created_at.replace("Z", "+00:00")).timestamp())
+    owner = m.name.split("/")[0] if "/" in m.name else "inferd"
+    return ModelCard(id=m.model_name.short, created=created, owned_by=owner, max_model_len=m.context_length,
+                     loaded=False, capabilities=list(m.capabilities))
+
+
+def _capabilities(state: ServerState, name: str) -> list[str]:
+    served = getattr(state, "served", None)  # what each served model can do, where the server says
+    model = served.named(name) if served is not None and hasattr(served, "named") else None
+    if model is None or not getattr(model, "tasks", None):
+        return served_capabilities(state)
+    found = [c for task in sorted(model.tasks) for c in _TASKS.get(task, [task])]
+    if "chat" in found and state.tool_parser is not None:
+        found.append("tools")
+    return found
+
+
+def _same_name(a: str, b: str) -> bool:
+    try:
+        return ModelName.parse(a) == ModelName.parse(b)
+    except BadModelName:
+        return False
