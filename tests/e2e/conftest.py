@@ -36,6 +36,16 @@ def bundled_server(server_logs):
 
 
 @pytest.fixture(scope="session")
+def embedding_server(tiny_model_dir, server_logs):
+    """The tiny chat model with --pooling mean, and the bundled all-MiniLM-L6-v2 beside it."""
+    server = ServerProcess(tiny_model_dir, port=0, parallel=2, ctx_size=TINY_CTX, log_path=server_logs / "embed.log",
+                           extra_args=["--embedding-model", "all-minilm-l6-v2", "--pooling", "mean"])
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def client(tiny_server):
     with tiny_server.openai() as c:
         yield c

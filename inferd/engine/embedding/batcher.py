@@ -66,10 +66,10 @@ class PooledBatcher:
             self._worker = loop.create_task(self._work())
         try:
             return await job.future
-        finally:
-            if not job.future.done():  # the caller went away: its inputs leave the queue
+        finally:  # answered, failed, or the caller went away: nothing of it stays queued
+            if not job.future.done():
                 job.future.cancel()
-                self._drop(job)
+            self._drop(job)
 
     def close(self) -> None:
         """Fail what waits; what is computing finishes."""
@@ -82,6 +82,7 @@ class PooledBatcher:
     async def _work(self) -> None:
         while self._jobs:
             batch, owners = self._take()
+            self.batches += 1
             try:
                 results = await self.run(batch)
             except Exception as error:  # the forward failed: its requests fail, the rest go on
