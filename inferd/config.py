@@ -75,7 +75,17 @@ class EmbeddingOptions:
 
 
 @dataclass
-class ServeConfig(EmbeddingOptions, ServerOptions, EngineConfig):
+class AudioOptions:
+    whisper_model: str | None = option(None, "speech to text: a Whisper model in CTranslate2 form (a folder); default: the bundled Whisper tiny.en")
+    voice: list[str] = option((), "text to speech: a Piper voice (.onnx, its .onnx.json beside it), repeatable; the first is the default; default: the bundled en_US-joe-medium")
+    audio_parallel: int = option(1, "audio requests (transcription, speech) worked on at once, off the event loop")
+    audio_queue: int = option(16, "audio requests allowed to wait for a turn before new ones get 503")
+    max_audio_size: int = option(25 * 2**20, "largest audio upload accepted, in bytes")
+    max_audio_duration: float = option(3600.0, "longest audio accepted for transcription, in seconds")
+
+
+@dataclass
+class ServeConfig(EmbeddingOptions, AudioOptions, ServerOptions, EngineConfig):
     pass
 
 
@@ -107,4 +117,5 @@ class RouterOptions:
     cors_origin: list[str] = option((), "an origin browsers may call from, e.g. https://app.example (repeatable; * allows any)")
     metrics: bool = option(True, "serve Prometheus metrics at /metrics")
     max_body_size: int = option(8 * 2**20, "largest request body accepted, in bytes")
+    max_audio_size: int = option(25 * 2**20, "largest audio upload forwarded, in bytes")
     shutdown_timeout: float = option(30.0, "seconds in-flight requests may take to finish on SIGTERM")

@@ -49,6 +49,9 @@ class Endpoint:
     token_prompt: bool = False
     # The answer may be stored on the worker that made it; later reads must go there.
     stores_response: bool = False
+    # The config field bounding this path's multipart/form-data uploads (as
+    # `http.body_limits` reads it); None: the body is JSON.
+    upload_limit: str | None = None
 
 
 def openai_stream_error(err: APIError, last_sequence: int | None) -> str:

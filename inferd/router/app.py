@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from inferd import __version__
-from inferd.api.registry import error_response_for_path
+from inferd.api.registry import error_response_for_path, upload_limits
 from inferd.api.generating import is_generating
 from inferd.http import key_routes
 from inferd.http.auth import ApiKeyAuth
@@ -39,7 +39,8 @@ def build_router_app(state: RouterState, *, manage: bool = True) -> FastAPI:
     app.state.router = state
     app.state.tenants = state.tenants
     install_error_handlers(app)
-    app.add_middleware(BodyLimits, max_body_size=state.config.max_body_size, respond=error_response_for_path)
+    app.add_middleware(BodyLimits, max_body_size=state.config.max_body_size, respond=error_response_for_path,
+                       uploads=upload_limits(state.config))
     # Health stays open, as on workers.
     app.add_middleware(ApiKeyAuth, tenants=lambda: state.tenants, open_paths=admin_routes.HEALTH_PATHS,
                        respond=error_response_for_path, generating=is_generating)

@@ -22,6 +22,7 @@ from starlette.routing import Route
 from inferd.api.registry import endpoints, error_response_for_path
 from inferd.http.dialect import Endpoint
 from inferd.http.errors import APIError, BadRequest, unreadable_body
+from inferd.http.form_fields import form_fields, is_form
 from inferd.router.admission import UsageMeter, admit_forward, with_trace_id
 from inferd.router.http_headers import request_headers
 from inferd.router.policies.direct import HEADER as WORKER_ID_HEADER
@@ -36,6 +37,8 @@ _PATH_SAFE = "/%!$&'()*+,;=:@~-._"
 
 def wants_stream(endpoint: Endpoint, body: dict) -> bool:
     stream = body.get("stream")
+    if isinstance(stream, str):  # a form field
+        stream = {"true": True, "false": False}.get(stream.strip().lower(), stream)
     return stream is not False if endpoint.streams_unless_false else bool(stream)
 
 
@@ -56,10 +59,14 @@ async def forward(request: Request, endpoint: Endpoint):
     state: RouterState = request.app.state.router
     path = request.url.path
     raw = await request.body()
-    try:
-        parsed = json.loads(raw) if raw.strip() else {}
-    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
-        return error_response_for_path(path, BadRequest(unreadable_body(e)))
+    content_type = request.headers.get("content-type", "")
+    if is_form(content_type):  # an upload: passed on untouched, routed by its text fields
+        parsed = form_fields(raw, content_type)
+    else:
+        try:
+            parsed = json.loads(raw) if raw.strip() else {}
+        except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+            return error_response_for_path(path, BadRequest(unreadable_body(e)))
     body = parsed if isinstance(parsed, dict) else {}
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.scope["headers"]}
     named = headers.get(WORKER_ID_HEADER, "").strip()

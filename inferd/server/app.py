@@ -9,7 +9,7 @@ from importlib import import_module
 from fastapi import FastAPI, Request
 
 from inferd import __version__
-from inferd.api.registry import DIALECTS, error_response_for_path
+from inferd.api.registry import DIALECTS, error_response_for_path, upload_limits
 from inferd.api.generating import is_generating
 from inferd.http import key_routes
 from inferd.http.auth import ApiKeyAuth
@@ -33,7 +33,8 @@ def build_app(state: ServerState) -> FastAPI:
 
     for exc_type in ENGINE_UNAVAILABLE:
         app.add_exception_handler(exc_type, unavailable)
-    app.add_middleware(BodyLimits, max_body_size=state.config.max_body_size, respond=error_response_for_path)
+    app.add_middleware(BodyLimits, max_body_size=state.config.max_body_size, respond=error_response_for_path,
+                       uploads=upload_limits(state.config))
     # Added last runs first: metrics count every answer, auth's 401s included.
     app.add_middleware(ApiKeyAuth, tenants=lambda: state.tenants, open_paths=health.HEALTH_PATHS,
                        respond=error_response_for_path, services=lambda: {"cards": state.cards},

@@ -3,6 +3,7 @@ the state first (the socket can open while weights load), then the model."""
 
 from __future__ import annotations
 
+from inferd.audio.service import AudioService
 from inferd.chat.reasoning import think_token_ids
 from inferd.chat.template import chat_template_for
 from inferd.config import ServeConfig
@@ -22,6 +23,7 @@ def new_state(config: ServeConfig, model_name: str, api_keys: frozenset[str] = f
     Managed keys live in `key_store_dir` (None: in memory only); raises
     ValueError on a bad tenants option, TenantStoreError on a store that cannot be opened."""
     state = ServerState(config=config, model_name=model_name, api_keys=api_keys)
+    state.audio = AudioService.from_config(config)  # loads nothing until an audio request comes
     if config.metrics:
         state.metrics = server_metrics(state)
     state.tenants = open_tenants(key_store_dir, api_keys, storage=config.rate_limit_storage,

@@ -28,6 +28,7 @@ class ServerState:
     think_markers: object | None = None  # chat.reasoning.ThinkMarkers when the model reasons
     metrics: object | None = None  # server.metrics.ServerMetrics when --metrics
     responses_store: object | None = None  # store.responses.ResponseStore; None keeps no responses
+    audio: object | None = None  # audio.service.AudioService; its models load on first use
     api_keys: frozenset[str] = frozenset()  # the bootstrap keys (--api-key, --api-key-file, INFERD_API_KEY)
     tenants: object | None = None  # tenants.gate.Tenants: the keys, their limits and usage
     cards: RequestCards = field(default_factory=RequestCards)
