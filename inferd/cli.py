@@ -11,6 +11,7 @@ from inferd.bench.options import add_bench_options
 from inferd.cli_options import add_options, build
 from inferd.config import EngineConfig, RouterOptions, ServeConfig
 from inferd.cli_sampling import add_sampling_options
+from inferd.commands.keys import add_keys_command, run_keys
 from inferd.commands.store_cli import add_store_commands, run_store_command
 
 
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     router = sub.add_parser("router", help="route requests across a fleet of workers (static URLs or etcd)")
     add_options(router, RouterOptions)
+    add_keys_command(sub)
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -59,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, ImportError, OSError) as e:  # bad flags, no etcd client, no tokenizer file
             print(f"inferd router: {e}", file=sys.stderr)
             return 2
+    if args.command == "keys":
+        return run_keys(args)
     if args.command == "bench":
         from inferd.commands.bench import run_bench
 

@@ -17,6 +17,7 @@ and meters its tokens for the key that asked (`http/request_context.py`).
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from fastapi import Request
 from inferd.engine.async_engine import AsyncEngine, RequestStream
 from inferd.engine.engine_request import EngineRequest, Priority
 from inferd.engine.errors import EngineDeadError, QueueFullError
-from inferd.engine.outputs import RequestOutput, TokenLogprobs, Usage
+from inferd.engine.outputs import RequestOutput, RequestTiming, TokenLogprobs, Usage
 from inferd.engine.sampling_params import SamplingParams
 from inferd.http.errors import APIError, BadRequest, ServiceUnavailable
 from inferd.http.request_context import RequestContext, current_request
@@ -162,6 +163,7 @@ class Generation:
         self.cached_tokens = [0] * len(streams)
         self.finished = [False] * len(streams)
         self.ending: str | None = None  # "cancelled" | "interrupted", from the request's card
+        self.started, self.first_output = time.monotonic(), None
         self.failed = False
         self.ticket = ctx.ticket if ctx is not None else None
         if self.ticket is not None:
@@ -186,10 +188,13 @@ class Generation:
         self.ending = how
         for i, s in enumerate(self.streams):
             if not self.finished[i] and not s.finished:
-                _end_stream(s, self.prompt_tokens, self.completion_tokens[i], self.cached_tokens[i])
+                usage = Usage(self.prompt_tokens, self.completion_tokens[i], self.cached_tokens[i])
+                _end_stream(s, usage, RequestTiming(self.started, self.first_output, time.monotonic()))
         return True
 
     def _seen(self, i: int, out: RequestOutput) -> None:
+        if out.token_ids and self.first_output is None:
+            self.first_output = time.monotonic()
         self.completion_tokens[i] += len(out.token_ids)
         if out.finished:
             self.finished[i] = True
@@ -250,7 +255,7 @@ class Generation:
         return choices
 
 
-def _end_stream(stream: RequestStream, prompt: int, completion: int, cached: int) -> None:
+def _end_stream(stream: RequestStream, usage: Usage, timing: RequestTiming) -> None:
     """Make what is queued for `stream`'s reader end with a final delta of
     its own (the output so far, finish reason "stop"), and abort the request."""
     queued = []
@@ -266,7 +271,8 @@ def _end_stream(stream: RequestStream, prompt: int, completion: int, cached: int
         final.text += out.text
         if out.logprobs is not None:
             final.logprobs = (final.logprobs or []) + out.logprobs
-    final.usage = Usage(prompt, completion + len(final.token_ids), cached)
+    final.usage = Usage(usage.prompt_tokens, usage.completion_tokens + len(final.token_ids), usage.cached_tokens)
+    final.timing = timing
     stream.queue.put_nowait(final)
     stream.engine.abort(stream.request_id)  # the engine frees its slot; the reader ends with `final`
 

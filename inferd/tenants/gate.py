@@ -65,7 +65,7 @@ class Tenants:
         self.ledger = ledger or Ledger(ring)
         self.isolate_cache = isolate_cache
         self.clock = clock
-        self._flushed = clock()
+        self._flush_due = False
         self._flushing: asyncio.Task | None = None
 
     @property
@@ -135,11 +135,16 @@ class Tenants:
         return f"key:{key.name}" + (f"/{salt}" if salt else "")
 
     def _maybe_flush(self) -> None:
-        now = self.clock()
-        if now - self._flushed < FLUSH_SECONDS or (self._flushing is not None and not self._flushing.done()):
+        """Write what was recorded within FLUSH_SECONDS, in one batch, on a worker thread."""
+        if self._flush_due:
             return
-        self._flushed = now
-        self._flushing = asyncio.ensure_future(asyncio.to_thread(self._flush_logged))
+        self._flush_due = True
+
+        def start() -> None:
+            self._flush_due = False
+            self._flushing = asyncio.ensure_future(asyncio.to_thread(self._flush_logged))
+
+        asyncio.get_running_loop().call_later(FLUSH_SECONDS, start)
 
     def _flush_logged(self) -> None:
         try:

@@ -81,3 +81,16 @@ def store_server(tiny_model_dir, server_logs, hub, tmp_path_factory):
     server.start()
     yield server
     server.stop()
+
+
+TENANT_ADMIN = "tenant-admin-secret"
+
+
+@pytest.fixture(scope="session")
+def tenant_server(tiny_model_dir, server_logs):
+    """The tiny model with an admin key (API keys, limits, usage and request cards on), its own data dir."""
+    server = ServerProcess(tiny_model_dir, port=0, parallel=TINY_PARALLEL, ctx_size=512, api_key=[TENANT_ADMIN], alias=["tiny"],
+                           log_path=server_logs / "tenants.log", extra_args=["--cors-origin", "*"])
+    server.start()
+    yield server
+    server.stop()

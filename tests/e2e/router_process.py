@@ -76,6 +76,8 @@ class RouterProcess(InferdProcess):
         if self.worker_api_key is not None:
             args += ["--worker-api-key", self.worker_api_key]
         args.append("--metrics" if self.metrics else "--no-metrics")
+        if "--data-dir" not in self.extra_args:  # keep the key store out of the user's home
+            args += ["--data-dir", str(self.log_path.parent / f"data-{self.log_path.stem}")]
         return args + self.extra_args
 
     # -- clients -----------------------------------------------------------------
