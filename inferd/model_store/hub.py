@@ -62,7 +62,7 @@ def cached_file(listing: Listing, file: HubFile) -> Path | None:
     from huggingface_hub import try_to_load_from_cache
 
     found = try_to_load_from_cache(listing.repo, file.name, revision=listing.revision)
-    return Path(found) if isinstance(found, str) else None
+    return Path(found).resolve() if isinstance(found, str) else None  # the blob, not the snapshot's symlink
 
 
 def download(listing: Listing, file: HubFile, into: Path, bar_class) -> None:

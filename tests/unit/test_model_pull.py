@@ -142,3 +142,17 @@ def test_verify_rehashes_and_fetches_damaged_files_again(store, hub):
     pull(store, f"{GGUF_REPO}:Q8_0", verify=True)
     assert store.verify(manifest.model_name) == []
     assert hub.sent[Q8] == 2 * len(hub.repos[GGUF_REPO][Q8])
+
+
+def test_a_file_in_huggingface_hubs_cache_is_taken_from_there(store, hub, tmp_path, monkeypatch):
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hf-cache"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    huggingface_hub.hf_hub_download(GGUF_REPO, Q8, cache_dir=cache, endpoint=hub.url)  # another tool fetched it
+    size = len(hub.repos[GGUF_REPO][Q8])
+    assert hub.sent == {Q8: size}
+    manifest = pull(store, f"{GGUF_REPO}:Q8_0")
+    assert hub.sent == {Q8: size}  # not fetched again
+    assert store.resolve(manifest.model_name).read_bytes() == hub.repos[GGUF_REPO][Q8]
