@@ -17,6 +17,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hub_server import HubServer
 from router_fakes import ServerThread
 from schemathesis import GenerationMode
 from served import served, small_config
@@ -45,6 +46,7 @@ SERVER_OPERATIONS = [
     ("POST", "/apply-template"), ("GET", "/slots"), ("GET", "/props"),
     ("POST", "/api/chat"), ("POST", "/api/generate"), ("GET", "/api/tags"), ("POST", "/api/show"),
     ("GET", "/api/ps"), ("GET", "/api/version"), ("POST", "/api/embeddings"), ("POST", "/api/embed"),
+    ("POST", "/api/pull"), ("DELETE", "/api/delete"), ("POST", "/api/copy"), ("GET", "/v1/models/{model_id}"),
     ("POST", "/v1/audio/transcriptions"), ("POST", "/v1/audio/translations"), ("POST", "/v1/audio/speech"),
     ("GET", "/v1/audio/voices"),
     ("POST", "/v1/embeddings"), ("POST", "/embedding"), ("POST", "/embeddings"), ("POST", "/v1/rerank"),
@@ -57,11 +59,14 @@ ROUTED_OPERATIONS = [op for op in SERVER_OPERATIONS if op in FORWARDED]
 
 
 @pytest.fixture(scope="module")
-def worker(tiny_model_dir):
+def worker(tiny_model_dir, tmp_path_factory):
     loaded = load_model(str(tiny_model_dir), dtype="float32")
     # A request that sets no max_tokens stops after 4: generation is not what is fuzzed.
-    config = small_config(ctx_size=64, parallel=4, max_body_size=64 * 1024, default_max_tokens=4)
-    with served(loaded, config) as server:
+    config = small_config(ctx_size=64, parallel=4, max_body_size=64 * 1024, default_max_tokens=4,
+                          data_dir=str(tmp_path_factory.mktemp("fuzz-data")))
+    # Pulls go to an empty hub of the test's own, which knows no repository: never to the network.
+    with served(loaded, config) as server, HubServer() as hub, pytest.MonkeyPatch.context() as env:
+        env.setenv("HF_ENDPOINT", hub.url)
         thread = ServerThread(server.app).start()
         yield thread
         thread.stop()
