@@ -69,7 +69,7 @@ def pull(store: ModelStore, name: str, on_progress: Callable[[Progress], None] =
     fmt, files = choose_files(wanted, listing.files)
     puller = _Puller(store, listing, on_progress, show_bars, cancelled)
     puller.check_space(files)
-    fetched = {f.name: puller.fetch(f) for f in files}
+    fetched = {f.name: puller.fetch(f, stored) for f in files}
     on_progress(Progress("writing manifest"))
     manifest = puller.commit(wanted, fmt, files, fetched)
     on_progress(Progress("success"))
@@ -116,7 +116,7 @@ class _Puller:
         if needed > free:
             raise NotEnoughSpace(needed, free, str(self.store.root))
 
-    def fetch(self, file: HubFile) -> str:
+    def fetch(self, file: HubFile, stored: Manifest | None = None) -> str:
         """The file's sha256, once its verified bytes are in partial/ or already a blob."""
         digest = f"sha256:{file.sha256}" if file.sha256 else ""
         status = f"pulling {file.name}"
@@ -136,6 +136,10 @@ class _Puller:
             if self._have(file):
                 report(file.size)
                 return file.sha256
+            unchanged = self._unchanged_small_file(file, stored)
+            if unchanged is not None:
+                report(file.size)
+                return unchanged
             cached = hub.cached_file(self.listing, file)
             if cached is not None and cached.stat().st_size == file.size:
                 _link_or_copy(cached, partial)
@@ -147,6 +151,17 @@ class _Puller:
             return self._verify(file, partial)
         finally:
             lock.release()
+
+    def _unchanged_small_file(self, file: HubFile, stored: Manifest | None) -> str | None:
+        """A file kept in git (no sha256 from the hub) that the stored model already has with
+        the same git blob id: its sha256, so an up-to-date pull fetches nothing."""
+        if file.sha256 is not None or stored is None:
+            return None
+        kept = next((f for f in stored.files if f.name == file.name and not f.path), None)
+        blob = self.store.blobs.path(kept.sha256) if kept else None
+        if blob is not None and blob.is_file() and git_blob_sha1(blob) == file.blob_id:
+            return kept.sha256
+        return None
 
     def _verify(self, file: HubFile, partial) -> str:
         sha256 = sha256_of(partial)

@@ -104,6 +104,8 @@ class ModelStore:
 
     def write(self, manifest: Manifest) -> None:
         """Record `manifest` (its blobs already in place), replacing one of the same name."""
+        if manifest.model_name == BUNDLED and manifest.source.get("type") != "bundled":
+            raise Refused(f"{BUNDLED.short!r} names the bundled model; store this one under another name")
         self.manifests.mkdir(parents=True, exist_ok=True)
         file = self._manifest_path(manifest.model_name)
         temporary = file.with_name(f".{file.name}.{uuid.uuid4().hex[:8]}")

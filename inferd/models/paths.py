@@ -23,13 +23,15 @@ def resolve_model_path(model: str | None, data_dir: str | os.PathLike | None = N
     if path.exists():
         name = path.stem if path.is_file() else path.name
         return name, path
-    from inferd.model_store import BadModelName, ModelName, ModelStore, StoreError
+    from inferd.model_store import BadModelName, ModelName, ModelNotStored, ModelStore, StoreError
 
+    neither = f"model {model!r} is neither a local path (a .gguf file or a Hugging Face folder) nor"
     try:
         wanted = ModelName.parse(model)
         return wanted.short, ModelStore.open(data_dir).resolve(wanted)
+    except ModelNotStored as error:
+        stored = ", ".join(error.available) or "none yet"
+        raise ModelNotFoundError(f"{neither} in the store (stored: {stored}); `inferd pull` fetches one from "
+                                 "Hugging Face, `inferd import` adds a local file or folder") from None
     except (BadModelName, StoreError) as error:
-        raise ModelNotFoundError(
-            f"model {model!r} is neither a local path (a .gguf file or a Hugging Face folder) nor a stored model: "
-            f"{error}"
-        ) from None
+        raise ModelNotFoundError(f"{neither} a stored model: {error}") from None

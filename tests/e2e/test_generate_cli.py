@@ -29,4 +29,4 @@ def test_a_model_that_is_neither_a_path_nor_stored_is_refused_clearly(tmp_path):
     done = inferd("generate", "--model", "google/gemma-3-270m", "--data-dir", str(tmp_path), "hi", timeout=60)
     assert done.returncode == 2
     assert "is neither a local path" in done.stderr
-    assert "'google/gemma-3-270m' is not in the store (stored: gemma-3-270m); `inferd pull`" in done.stderr
+    assert "nor in the store (stored: gemma-3-270m); `inferd pull`" in done.stderr

@@ -70,6 +70,9 @@ def test_pull_a_safetensors_folder_takes_only_the_model_files(store, hub, tiny_m
     view = store.resolve(FOLDER_REPO)
     assert {p.name for p in view.iterdir()} == names
     assert (view / "model.safetensors").read_bytes() == (tiny_model_dir / "model.safetensors").read_bytes()
+    sent = dict(hub.sent)
+    assert pull(store, FOLDER_REPO).files == manifest.files
+    assert hub.sent == sent  # up to date: small files are matched by their git blob id, large ones by sha256
 
 
 def test_a_cut_download_resumes_where_it_stopped(store, hub):

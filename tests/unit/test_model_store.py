@@ -10,7 +10,8 @@ import os
 import pytest
 
 from hub_server import small_gguf
-from inferd.model_store import BadModelName, IntegrityError, ModelName, ModelNotStored, ModelStore, StoreError
+from inferd.model_store import (BadModelName, IntegrityError, ModelName, ModelNotStored, ModelStore, Refused,
+                                StoreError)
 from inferd.model_store.bundled import BUNDLED
 from inferd.model_store.importing import import_model
 from inferd.models.default import default_model_path
@@ -44,7 +45,7 @@ def test_bad_names_say_what_a_name_is(text):
         ModelName.parse(text)
 
 
-def test_the_bundled_model_is_stored_from_the_first_use_without_a_copy(store):
+def test_the_bundled_model_is_stored_from_the_first_use_without_a_copy(store, gguf):
     [manifest] = store.models()
     assert manifest.model_name == BUNDLED and manifest.format == "gguf"
     assert (manifest.architecture, manifest.quantization, manifest.license) == ("gemma3", "Q4_K_M", "gemma")
@@ -52,8 +53,14 @@ def test_the_bundled_model_is_stored_from_the_first_use_without_a_copy(store):
     assert store.resolve("gemma-3-270m") == store.resolve("gemma-3-270m:latest")
     assert str(store.resolve("gemma-3-270m")) == default_model_path()
     assert store.blobs.all() == []  # recorded where the package put it, not copied
-    with pytest.raises(StoreError, match="bundled model"):
+    with pytest.raises(Refused, match="bundled model"):
         store.remove("gemma-3-270m")
+    import_model(store, gguf, name="tiny")
+    with pytest.raises(Refused, match="names the bundled model"):
+        store.copy("tiny", "gemma-3-270m")
+    with pytest.raises(Refused, match="names the bundled model"):
+        import_model(store, gguf, "gemma-3-270m")
+    assert store.get("gemma-3-270m").source["type"] == "bundled"
 
 
 def test_import_hard_links_a_gguf_and_describes_it(store, gguf):
@@ -131,7 +138,8 @@ def test_import_refuses_what_is_not_a_model(store, tmp_path):
 
 
 def test_a_name_that_is_neither_a_path_nor_stored_lists_what_is(tmp_path):
-    with pytest.raises(ModelNotFoundError, match=r"'acme/nothing' is not in the store \(stored: gemma-3-270m\)"):
+    with pytest.raises(ModelNotFoundError, match=r"'acme/nothing' is neither a local path .* nor in the store "
+                                                 r"\(stored: gemma-3-270m\); `inferd pull` fetches"):
         resolve_model_path("acme/nothing", tmp_path)
 
 
