@@ -1,8 +1,10 @@
 """Admission of a generating request for the key that sent it: the model must
-be in the key's scopes (403) and its limits must allow the request and its
-token reservation, prompt + budget (429). Called by every generating route
-once its prompt is tokenized, before `submit`; the reservation settles to
-the tokens used when the response ends (`http/auth.py`)."""
+be in the key's scopes (403) and its limits must allow its token
+reservation, prompt + budget (429); the door (`http/auth.py`) has already
+taken its lease and counted it against rpm. Called by every generating route
+once its prompt is tokenized, before `submit` (`admit`), or before its
+inputs go to a pooled model (`admit_inputs`: embeddings, rerank); the
+reservation settles to the tokens used when the response ends."""
 
 from __future__ import annotations
 
@@ -30,3 +32,18 @@ async def admit(model: str, prompts: Sequence[list[int]], params: Sequence[Sampl
         await ctx.tenants.admit(ctx.ticket, model, sum(distinct.values()) + budget)
     except Refused as refused:
         raise refusal_error(refused) from None
+
+
+async def admit_inputs(model: str, tokens: int) -> None:
+    """For work whose whole cost is its input tokens (embeddings, rerank): admitted and metered as prompt tokens."""
+    ctx = current_request()
+    if ctx is None:
+        return
+    ctx.model = model
+    if ctx.ticket is None:
+        return
+    try:
+        await ctx.tenants.admit(ctx.ticket, model, tokens)
+    except Refused as refused:
+        raise refusal_error(refused) from None
+    ctx.ticket.meters.append(lambda: (tokens, 0, 0))

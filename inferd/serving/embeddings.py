@@ -14,6 +14,7 @@ from inferd.engine.embedding.model import PooledInput, PooledModel
 from inferd.engine.errors import EngineDeadError, QueueFullError
 from inferd.http.errors import BadRequest
 from inferd.models.encoder_tokenizer import truncated
+from inferd.serving.admission import admit_inputs
 from inferd.serving.generation import engine_unavailable
 from inferd.serving.served_models import EMBED
 from inferd.serving.tokens import off_loop
@@ -78,6 +79,7 @@ def within_limit(pooled: PooledModel, ids: list[int], truncate: bool, where: str
 
 
 async def run_pooled(pooled: PooledModel, inputs: list[PooledInput]) -> list:
+    await admit_inputs(pooled.name, sum(map(len, inputs)))
     try:
         return await pooled.batcher.submit(inputs)
     except (QueueFullError, EngineDeadError) as error:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from dataclasses import replace
 
 from inferd.tenants.keyring import KeyRing
 from inferd.tenants.store import USAGE_COUNTS, UsageRow
@@ -19,16 +18,23 @@ class Ledger:
         self.store = ring.store
         self.metrics = metrics  # tenants.metrics.KeyMetrics
         self._lock = threading.Lock()
-        self._pending: dict[tuple[str, str, str], UsageRow] = {}
-        self._kept: dict[tuple[str, str, str], UsageRow] = {}  # without a store: everything
+        # (key, model, day) -> counts in USAGE_COUNTS order; plain lists, as this runs once per request
+        self._pending: dict[tuple[str, str, str], list[int]] = {}
+        self._kept: dict[tuple[str, str, str], list[int]] = {}  # without a store: everything
 
     def record(self, key: str, model: str, day: str, prompt: int, completion: int, cached: int, error: bool) -> None:
-        add = UsageRow(key, model, day, 1, prompt, completion, cached, int(error))
+        add = (1, prompt, completion, cached, int(error))
+        where = (key, model, day)
         with self._lock:
             for table in (self._pending,) if self.store is not None else (self._pending, self._kept):
-                table[(key, model, day)] = _sum(table.get((key, model, day)), add)
+                counts = table.get(where)
+                if counts is None:
+                    table[where] = list(add)
+                else:
+                    for i, n in enumerate(add):
+                        counts[i] += n
         if self.metrics is not None:
-            self.metrics.record(add)
+            self.metrics.record(UsageRow(*where, *add))
 
     def flush(self) -> None:
         """Write what was recorded since the last flush (blocking: call it on a worker thread)."""
@@ -39,13 +45,15 @@ class Ledger:
             return
         try:
             if pending:
-                self.store.add_usage(pending.values())
+                self.store.add_usage(UsageRow(*where, *counts) for where, counts in pending.items())
             if last_used:
                 self.store.touch(last_used)
         except Exception:
             with self._lock:  # kept for the next flush, not lost
-                for k, row in pending.items():
-                    self._pending[k] = _sum(self._pending.get(k), row)
+                for where, counts in pending.items():
+                    mine = self._pending.setdefault(where, [0] * len(counts))
+                    for i, n in enumerate(counts):
+                        mine[i] += n
             raise
 
     def usage(self, key: str | None = None, model: str | None = None, since: str | None = None,
@@ -55,7 +63,7 @@ class Ledger:
             self.flush()
             return self.store.usage(key, model, since, until)
         with self._lock:
-            rows = list(self._kept.values())
+            rows = [UsageRow(*where, *counts) for where, counts in self._kept.items()]
         return sorted((r for r in rows if (key is None or r.key == key) and (model is None or r.model == model)
                        and (since is None or r.day >= since) and (until is None or r.day <= until)),
                       key=lambda r: (r.day, r.key, r.model))
@@ -66,9 +74,3 @@ class Ledger:
             for c in USAGE_COUNTS:
                 totals[row.key][c] += getattr(row, c)
         return dict(totals)
-
-
-def _sum(a: UsageRow | None, b: UsageRow) -> UsageRow:
-    if a is None:
-        return b
-    return replace(a, **{c: getattr(a, c) + getattr(b, c) for c in USAGE_COUNTS})

@@ -61,6 +61,7 @@ class _Taken:
     expiry: int
     amount: int
     reset: float  # the window's end when taken: a refund applies only to the same window
+    count: int = 0  # the window's count just after taking
 
 
 @dataclass
@@ -115,7 +116,7 @@ class Limiter:
                                   headers=self._exhausted("requests", lim.rpm, wait))
                 held.request = taken
                 held.headers.update(self._headers("requests", lim.rpm, taken))
-                held.headers["x-ratelimit-remaining-requests"] = str(max(0, lim.rpm - await self._used(taken.key)))
+                held.headers["x-ratelimit-remaining-requests"] = str(max(0, lim.rpm - taken.count))
         except BaseException:
             await self.settle(held, 0)
             raise
@@ -144,7 +145,7 @@ class Limiter:
                                   headers=self._exhausted("tokens", lim.tpm, wait))
                 taken_here.append(taken)
                 held.headers.update(self._headers("tokens", lim.tpm, taken))
-                held.headers["x-ratelimit-remaining-tokens"] = str(max(0, lim.tpm - await self._used(taken.key)))
+                held.headers["x-ratelimit-remaining-tokens"] = str(max(0, lim.tpm - taken.count))
             if lim.daily_tokens:
                 if tokens > lim.daily_tokens:
                     raise Refused(429, f"this request needs {tokens} tokens, more than this key's daily allowance "
@@ -186,14 +187,13 @@ class Limiter:
         return await self.storage.get(f"inferd/concurrent/{key.name}")
 
     async def _take(self, item, cost: int, *identifiers: str) -> _Taken | None:
-        storage_key = item.key_for(*identifiers)
-        if not await self.windows.hit(item, *identifiers, cost=cost):
-            await self.storage.incr(storage_key, item.get_expiry(), -cost)  # a refusal costs nothing
+        """`cost` from a fixed window (the `limits` strategy's own key and expiry), or None and nothing taken."""
+        storage_key, expiry = item.key_for(*identifiers), item.get_expiry()
+        count = await self.storage.incr(storage_key, expiry, cost)
+        if count > item.amount:
+            await self.storage.incr(storage_key, expiry, -cost)  # a refusal costs nothing
             return None
-        return _Taken(storage_key, item.get_expiry(), cost, await self.storage.get_expiry(storage_key))
-
-    async def _used(self, storage_key: str) -> int:
-        return await self.storage.get(storage_key)
+        return _Taken(storage_key, expiry, cost, await self.storage.get_expiry(storage_key), count)
 
     async def _wait(self, item, *identifiers: str) -> float:
         stats = await self.windows.get_window_stats(item, *identifiers)

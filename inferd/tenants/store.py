@@ -75,10 +75,16 @@ class UsageRow:
 class KeyStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        folder = self.path.parent
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            reason = "it is a file, not a folder" if folder.is_file() else error.strerror or str(error)
+            raise TenantStoreError(f"cannot use {folder} as the data dir ({reason}): "
+                                   "pick another --data-dir, or move what is there away") from None
+        try:
             self._db = sqlite3.connect(self.path, check_same_thread=False)
-        except (OSError, sqlite3.Error) as error:
+        except sqlite3.Error as error:
             raise TenantStoreError(f"cannot open the key store {self.path} ({error}): "
                                    "check its permissions or pick another --data-dir") from None
         self._lock = threading.Lock()

@@ -338,3 +338,26 @@ def test_twenty_keys_four_hundred_requests_exact_counts(server):
         ok = sum(1 for n, r in answers if n == name and r.status_code == 200)
         if limits["rpm"]:
             assert ok <= limits["rpm"]
+
+
+def test_embeddings_are_admitted_for_scope_and_tokens(loaded):
+    async def go():
+        with served(loaded, small_config(ctx_size=CTX, pooling="mean"), api_keys=frozenset({ADMIN})) as pooled:
+            async with pooled.client() as c:
+                _, narrow = await new_key(c, scopes=["elsewhere"])
+                r = await c.post("/v1/embeddings", json={"model": "tiny", "input": "hi"}, headers=bearer(narrow))
+                assert r.status_code == 403 and r.json()["error"]["code"] == "model_not_allowed"
+                _, small = await new_key(c, limits={"tpm": 5})
+                r = await c.post("/v1/embeddings", json={"model": "tiny", "input": "a b c d e f g h"},
+                                 headers=bearer(small))
+                assert r.status_code == 429 and r.json()["error"]["type"] == "tokens"
+                name, fine = await new_key(c, limits={"tpm": 1000})
+                r = await c.post("/v1/embeddings", json={"model": "tiny", "input": ["hi", "there"]},
+                                 headers=bearer(fine))
+                assert r.status_code == 200, r.text
+                used = r.json()["usage"]["prompt_tokens"]
+                assert int(r.headers["x-ratelimit-remaining-tokens"]) == 1000 - used
+                usage = (await c.get(f"/api/usage?key={name}", headers=AUTH)).json()["totals"]
+                assert (usage["requests"], usage["prompt_tokens"], usage["completion_tokens"]) == (1, used, 0)
+
+    run(go())

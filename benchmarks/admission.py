@@ -1,0 +1,131 @@
+"""What admitting a request costs: the key lookup and limit checks a
+generating request passes, with 1,000 managed keys, each with rpm, tpm,
+daily_tokens and max_concurrent limits.
+
+    python benchmarks/admission.py [--keys 1000] [--requests 20000] [--storage memory://|redis://HOST:PORT]
+
+Rows (microseconds per request, p50 / p99 / max, over --requests requests
+spread over the keys; wall time, and this thread's CPU time, which a
+preemption by another process on a shared machine does not inflate):
+- tenants alone: identify (hash + lookup) -> enter (lease, rpm) -> admit
+  (scope, tpm and daily reservation) -> settle (refund, lease back, ledger);
+- the door: the same through `http/auth.py`'s ASGI middleware around an app
+  that admits and answers at once, side by side with the middleware with no
+  keys (auth off) in the same run; the difference is admission's cost.
+
+Rounds alternate between the two doors; only ratios and differences are
+comparable across runs on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import platform
+import random
+import statistics
+import time
+
+from inferd.http.auth import ApiKeyAuth
+from inferd.http.request_context import current_request
+from inferd.kernels import isa
+from inferd.tenants.gate import Tenants, Ticket
+from inferd.tenants.keyring import KeyRing
+from inferd.tenants.ledger import Ledger
+from inferd.tenants.limiter import Limiter
+
+PATH = "/v1/chat/completions"
+BIG = 10**9  # limits no benchmark request reaches: every check runs, none refuses
+
+
+def tenants_with(keys: int, storage: str) -> tuple[Tenants, list[bytes]]:
+    ring = KeyRing(bootstrap=["bench-admin"])
+    limits = {"rpm": BIG, "tpm": BIG, "daily_tokens": BIG, "max_concurrent": 64, "scopes": ("bench",)}
+    secrets = [ring.add(f"key-{i}", limits)[1].encode() for i in range(keys)]
+    tenants = Tenants(ring, Limiter(storage), Ledger(ring))
+    return tenants, secrets
+
+
+def percentiles(samples: list[float]) -> tuple[float, float, float]:
+    ordered = sorted(samples)
+    return (statistics.median(ordered) * 1e6, ordered[int(len(ordered) * 0.99) - 1] * 1e6, ordered[-1] * 1e6)
+
+
+async def tenants_alone(tenants: Tenants, secrets: list[bytes], n: int) -> list[float]:
+    rng = random.Random(1)
+    samples = []
+    for _ in range(n):
+        secret = rng.choice(secrets)
+        start, cpu = time.perf_counter(), time.thread_time()
+        ticket = Ticket(tenants.identify([secret]))
+        await tenants.enter(ticket)
+        await tenants.admit(ticket, "bench", 300)
+        ticket.meters.append(lambda: (100, 50, 0))
+        await tenants.settle(ticket, 200)
+        samples.append((time.perf_counter() - start, time.thread_time() - cpu))
+    return samples
+
+
+async def admitting_app(scope, receive, send):
+    ctx = current_request()
+    if ctx is not None and ctx.ticket is not None:
+        await ctx.tenants.admit(ctx.ticket, "bench", 300)
+        ctx.ticket.meters.append(lambda: (100, 50, 0))
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"{}", "more_body": False})
+
+
+async def through_door(door: ApiKeyAuth, secrets: list[bytes], n: int) -> list[float]:
+    rng = random.Random(2)
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        pass
+
+    samples = []
+    for _ in range(n):
+        headers = [(b"authorization", b"Bearer " + rng.choice(secrets))] if secrets else []
+        scope = {"type": "http", "method": "POST", "path": PATH, "headers": headers}
+        start, cpu = time.perf_counter(), time.thread_time()
+        await door(scope, receive, send)
+        samples.append((time.perf_counter() - start, time.thread_time() - cpu))
+    return samples
+
+
+def respond(path, err):
+    raise AssertionError(f"refused: {err.message}")
+
+
+async def main(args) -> None:
+    tenants, secrets = tenants_with(args.keys, args.storage)
+    managed = ApiKeyAuth(admitting_app, lambda: tenants, (), respond, generating=lambda p: p == PATH)
+    open_door = ApiKeyAuth(admitting_app, lambda: None, (), respond, generating=lambda p: p == PATH)
+    await tenants_alone(tenants, secrets, 1000)  # warm-up
+    alone, keyed, unkeyed = [], [], []
+    rounds = 5
+    for r in range(rounds):
+        alone += await tenants_alone(tenants, secrets, args.requests // rounds)
+        pair = [(keyed, managed, secrets), (unkeyed, open_door, [])]
+        for samples, door, keys in (pair if r % 2 == 0 else pair[::-1]):
+            samples += await through_door(door, keys, args.requests // rounds)
+    print(f"# {args.keys} keys, {args.requests} requests, storage {args.storage}; "
+          f"{platform.processor() or platform.machine()}, ISA {isa.selected()}")
+    print(f"{'':34} {'wall p50':>9} {'p99':>8} {'max':>9}   {'CPU p50':>8} {'p99':>8} {'max':>8}   (us)")
+    rows = (("tenants alone", alone), ("door, managed keys", keyed), ("door, no keys", unkeyed))
+    for label, samples in rows:
+        wall, cpu = percentiles([w for w, _ in samples]), percentiles([c for _, c in samples])
+        print(f"{label:34} {wall[0]:9.1f} {wall[1]:8.1f} {wall[2]:9.1f}   {cpu[0]:8.1f} {cpu[1]:8.1f} {cpu[2]:8.1f}")
+    for kind, i in (("wall", 0), ("CPU", 1)):
+        k, u = percentiles([s[i] for s in keyed]), percentiles([s[i] for s in unkeyed])
+        print(f"admission, {kind} (keyed - unkeyed): p50 {k[0] - u[0]:.1f} us, p99 {k[1] - u[1]:.1f} us")
+    tenants.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keys", type=int, default=1000)
+    parser.add_argument("--requests", type=int, default=20000)
+    parser.add_argument("--storage", default="memory://")
+    asyncio.run(main(parser.parse_args()))
