@@ -59,6 +59,11 @@ def _data_dir(parser: argparse.ArgumentParser) -> None:
 def run_store_command(args: argparse.Namespace) -> int | None:
     """The exit status of a store command, or None when `args` is another command."""
     command = args.command
+    if command in ("pull", "run"):
+        import logging
+
+        for client in ("httpx", "httpx2"):  # one log line per hub request would drown the progress bars
+            logging.getLogger(client).setLevel(logging.WARNING)
     if command == "pull":
         from inferd.commands.pull import run_pull
 
