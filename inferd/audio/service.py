@@ -37,9 +37,13 @@ class AudioService:
 
     @classmethod
     def from_config(cls, config) -> AudioService:
-        """Nothing loads here: a text-only server pays nothing for audio."""
-        return cls(SpeechModels(config.whisper_model, config.voice, config.threads, config.audio_parallel),
-                   AudioExecutor(config.audio_parallel, config.audio_queue), config.max_audio_duration)
+        """Nothing loads here: a text-only server pays nothing for audio. Options
+        that can never work (a --voice that is not there) raise ValueError now."""
+        if config.max_audio_duration <= 0 or config.max_audio_size <= 0:
+            raise ValueError("--max-audio-duration and --max-audio-size must be more than 0")
+        models = SpeechModels(config.whisper_model, config.voice, config.threads, config.audio_parallel)
+        models.check()
+        return cls(models, AudioExecutor(config.audio_parallel, config.audio_queue), config.max_audio_duration)
 
     # -- speech to text ------------------------------------------------------------
     def check_transcription_model(self, requested: str | None) -> None:

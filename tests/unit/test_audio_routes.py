@@ -5,12 +5,16 @@ envelope, and what a server without the audio extra answers."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
 import sys
 import threading
 
 import pytest
 from served import served, small_config
 
+from inferd.audio.service import AudioService
+from inferd.config import ServeConfig
 from inferd.http.errors import BadRequest
 
 WAV = ("a.wav", b"RIFF....WAVEfmt ", "audio/wav")
@@ -142,3 +146,35 @@ def test_past_audio_parallel_plus_queue_is_a_503_with_retry_after(server, monkey
     r = asyncio.run(go())
     assert error_of(r, 503)["code"] == "audio_queue_full"
     assert r.headers["retry-after"] == "2"
+
+
+def test_a_server_loads_no_audio_library_until_an_audio_request():
+    probe = """
+import json, sys
+from inferd.config import ServeConfig
+from inferd.server.app import build_app
+from inferd.server.assemble import new_state
+build_app(new_state(ServeConfig(), "tiny"))
+heavy = ("faster_whisper", "ctranslate2", "piper", "onnxruntime", "av", "langcodes")
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in heavy)))
+"""
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("voice", ["/nowhere/voice.onnx"], "--voice /nowhere/voice.onnx: not a Piper voice (give the .onnx file)"),
+    ("whisper_model", "/nowhere", "--whisper-model /nowhere: not a Whisper model in CTranslate2 form (no model.bin in it)"),
+    ("audio_parallel", 0, "--audio-parallel must be at least 1"),
+])
+def test_audio_options_that_can_never_work_stop_start_up(option, value, message):
+    with pytest.raises(ValueError) as error:
+        AudioService.from_config(ServeConfig(**{option: value}))
+    assert str(error.value) == message
+
+
+def test_a_voice_needs_its_config_beside_it(tmp_path):
+    (tmp_path / "v.onnx").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"--voice .*v\.onnx: its config v\.onnx\.json is not beside it"):
+        AudioService.from_config(ServeConfig(voice=[str(tmp_path / "v.onnx")]))
