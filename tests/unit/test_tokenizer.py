@@ -92,9 +92,10 @@ def gemma(gemma_link: Path):
 
 
 @pytest.fixture(scope="session")
-def reference(gemma_file: Path):
+def reference(bundled_gguf_read_once: Path):
     transformers = pytest.importorskip("transformers")
-    return transformers.AutoTokenizer.from_pretrained(str(gemma_file.parent), gguf_file=gemma_file.name)
+    path = bundled_gguf_read_once
+    return transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
 
 
 @pytest.mark.parametrize("text", SAMPLES, ids=range(len(SAMPLES)))
