@@ -175,6 +175,7 @@ def test_bad_uploads_are_400s_and_the_server_goes_on(http, yes):
     assert again.status_code == 200 and again.text == "Yes.\n"
 
 
+@pytest.mark.filterwarnings("ignore:deprecated:DeprecationWarning")  # the SDK marks translations deprecated
 def test_an_english_only_model_cannot_translate(client, yes):
     with pytest.raises(openai.BadRequestError) as error:
         client.audio.translations.create(model="whisper-1", file=("yes.wav", yes))

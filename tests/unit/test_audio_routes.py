@@ -148,14 +148,16 @@ def test_past_audio_parallel_plus_queue_is_a_503_with_retry_after(server, monkey
     assert r.headers["retry-after"] == "2"
 
 
-def test_a_server_loads_no_audio_library_until_an_audio_request():
+def test_audio_loads_no_library_until_an_audio_request():
+    """What a server does for audio at start (the record, the options, the
+    service) imports none of the audio extra's libraries."""
     probe = """
 import json, sys
+import inferd.api.audio.dialect
+from inferd.audio.service import AudioService
 from inferd.config import ServeConfig
-from inferd.server.app import build_app
-from inferd.server.assemble import new_state
-build_app(new_state(ServeConfig(), "tiny"))
-heavy = ("faster_whisper", "ctranslate2", "piper", "onnxruntime", "av", "langcodes")
+AudioService.from_config(ServeConfig())
+heavy = ("faster_whisper", "ctranslate2", "piper", "onnxruntime", "av", "langcodes", "torch")
 print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in heavy)))
 """
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
