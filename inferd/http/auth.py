@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 
 from starlette.responses import Response
 
-from inferd.http.errors import APIError, Unauthorized, error_response
+from inferd.http.errors import APIError, Unauthorized
 from inferd.http.request_context import TRACE_HEADER, RequestContext, request_current, trace_id_of
 from inferd.tenants.gate import Tenants, Ticket
 from inferd.tenants.refused import Refused
@@ -31,8 +31,6 @@ log = logging.getLogger("inferd.requests")
 ErrorResponder = Callable[[str, APIError], Response]
 
 WEBSOCKET_POLICY_VIOLATION = 1008
-# inferd's own paths under Ollama's /api prefix; their errors use the OpenAI envelope (`http/key_routes.py`).
-MANAGEMENT_PATHS = ("/api/keys", "/api/usage")
 
 
 class Forbidden(APIError):
@@ -87,8 +85,7 @@ class ApiKeyAuth:
                     tenants.refused(ctx.ticket, refused)
                 if scope["type"] == "websocket":
                     return await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
-                path, err = scope["path"], refusal_error(refused)
-                response = error_response(err) if is_management_path(path) else self.respond(path, err)
+                response = self.respond(scope["path"], refusal_error(refused))
                 response.raw_headers.append(trace_header)
                 return await response(scope, receive, send)
         if scope["type"] != "http":
@@ -119,10 +116,6 @@ class ApiKeyAuth:
                 prompt, completion, cached = ticket.usage()
                 log.info("%s %s key=%s model=%s status=%d tokens=%d+%d trace=%s", scope["method"], scope["path"],
                          ticket.key.name, ticket.model, status, prompt, completion, trace)
-
-
-def is_management_path(path: str) -> bool:
-    return any(path == p or path.startswith(p + "/") for p in MANAGEMENT_PATHS)
 
 
 def presented_keys(headers: Iterable[tuple[bytes, bytes]]) -> list[bytes]:

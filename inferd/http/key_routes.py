@@ -8,8 +8,9 @@ alike (both hold a `tenants.Tenants` on `app.state.tenants`):
     DELETE /api/keys/{name}           never the last admin key (admin)
     GET    /api/usage                 ?key=&model=&from=&to= (YYYY-MM-DD); a non-admin key sees its own
 
-These paths sit under Ollama's /api prefix but are inferd's own: their errors
-use the OpenAI envelope ({"error": {"message", "type", "param", "code"}}).
+They sit under Ollama's /api prefix, so their errors use its envelope,
+`{"error": "<message>"}`, as the door's 401s on these paths do: whatever
+answers under /api answers in one shape.
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ import json
 import re
 import time
 
-from fastapi import APIRouter, Request
+from collections.abc import Callable
+
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 
 from inferd.http.auth import Forbidden
-from inferd.http.errors import APIError, BadRequest, NotFound
+from inferd.http.errors import APIError, BadRequest, NotFound, to_api_error
 from inferd.http.request_context import current_request
 from inferd.tenants.gate import Tenants
 from inferd.tenants.keyring import KeyNotFound, LastAdminKey
@@ -33,7 +37,25 @@ from inferd.tenants.store import USAGE_COUNTS, DuplicateKey
 
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
-router = APIRouter()
+
+
+class OllamaEnvelopeRoute(APIRoute):
+    """Answers every error its routes raise as `{"error": "<message>"}`."""
+
+    def get_route_handler(self) -> Callable:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except Exception as exc:
+                err = to_api_error(exc)
+                return JSONResponse({"error": err.message}, status_code=err.status, headers=err.headers)
+
+        return handle
+
+
+router = APIRouter(route_class=OllamaEnvelopeRoute)
 
 
 class Conflict(APIError):

@@ -50,6 +50,9 @@ SERVER_OPERATIONS = [
     ("POST", "/v1/audio/transcriptions"), ("POST", "/v1/audio/translations"), ("POST", "/v1/audio/speech"),
     ("GET", "/v1/audio/voices"),
     ("POST", "/v1/embeddings"), ("POST", "/embedding"), ("POST", "/embeddings"), ("POST", "/v1/rerank"),
+    ("GET", "/api/keys"), ("POST", "/api/keys"), ("PATCH", "/api/keys/{name}"), ("DELETE", "/api/keys/{name}"),
+    ("POST", "/api/keys/{name}/rotate"), ("GET", "/api/usage"), ("GET", "/v1/requests"), ("GET", "/v1/requests/{id}"),
+    ("POST", "/v1/requests/{id}/cancel"), ("POST", "/v1/requests/{id}/interrupt"),
 ]
 # An endless NDJSON stream with no input to vary; tests/unit/test_kv_events_route.py covers it.
 NOT_FUZZED = [("GET", "/v1/kv-events")]

@@ -60,9 +60,9 @@ def test_management_round_trip(server):
             name, secret = await new_key(c, scopes=["tiny"], limits={"rpm": 7})
             assert secret.startswith("inferd-")
             r = await c.post("/api/keys", json={"name": name}, headers=AUTH)
-            assert r.status_code == 409 and r.json()["error"]["code"] == "key_exists"
+            assert r.status_code == 409 and "already exists" in r.json()["error"]
             r = await c.post("/api/keys", json={"name": "x", "limits": {"tpm": -3}}, headers=AUTH)
-            assert r.status_code == 400 and r.json()["error"]["param"] == "tpm"
+            assert r.status_code == 400 and r.json()["error"].startswith("tpm: must be a whole number")
             listed = (await c.get("/api/keys", headers=AUTH)).json()["data"]
             mine = next(k for k in listed if k["name"] == name)
             assert mine["limits"]["rpm"] == 7 and "secret" not in mine and "secret_hash" not in mine
@@ -77,12 +77,12 @@ def test_management_round_trip(server):
             assert (await c.get("/v1/models", headers=bearer(secret))).status_code == 401
             assert (await c.get("/v1/models", headers=bearer(rotated))).status_code == 200
             r = await c.get("/api/keys", headers=bearer(rotated))
-            assert r.status_code == 403 and r.json()["error"]["code"] == "admin_required"
+            assert r.status_code == 403 and "needs an admin key" in r.json()["error"]
             assert (await c.delete(f"/api/keys/{name}", headers=AUTH)).json() == {"name": name, "deleted": True}
             r = await c.delete(f"/api/keys/{name}", headers=AUTH)
-            assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+            assert r.status_code == 404 and r.json() == {"error": f"no key named {name!r}; GET /api/keys lists them"}
             r = await c.get("/api/keys")
-            assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"  # OpenAI's envelope
+            assert r.status_code == 401 and "needs an API key" in r.json()["error"]  # Ollama's envelope, as all of /api
 
     run(go())
 
@@ -92,7 +92,7 @@ def test_without_keys_management_is_refused_saying_how_to_enable_it(loaded):
         with served(loaded) as open_server:
             async with open_server.client() as c:
                 r = await c.post("/api/keys", json={"name": "a"})
-        assert r.status_code == 403 and "--api-key" in r.json()["error"]["message"]
+        assert r.status_code == 403 and "--api-key" in r.json()["error"]
 
     run(go())
 
@@ -225,7 +225,7 @@ def test_a_key_sees_only_its_own_requests_and_usage(server):
             r = await c.get(f"/api/usage?key={b}", headers=bearer(secret_a))
             assert r.status_code == 403
             r = await c.get("/api/usage?from=yesterday", headers=AUTH)
-            assert r.status_code == 400 and r.json()["error"]["param"] == "from"
+            assert r.status_code == 400 and r.json()["error"].startswith("from must be a UTC day")
 
     run(go())
 
