@@ -2,9 +2,9 @@
 numbering), with the sequence-classification head of cross-encoders.
 
 A batch is packed: the token rows of every sequence one after another, [T, hidden],
-so the projections and the MLP never compute padding. Only attention sees
-sequences side by side, gathered into [B, heads, L, head_dim] with the padded
-keys masked (`EncoderBatch`).
+so nothing ever computes padding: the projections and the MLP take all rows at
+once, attention takes each run of equal-length sequences as one block
+(`EncoderBatch`).
 """
 
 from __future__ import annotations
@@ -49,26 +49,27 @@ _UNUSED = re.compile(r"^(cls\.|lm_head\.|position_ids$|embeddings\.position_ids$
 
 @dataclass
 class EncoderBatch:
-    """How packed token rows form sequences: `lengths[i]` rows each, in order."""
+    """How packed token rows form sequences: `lengths[i]` rows each, in order.
+    Sequences of one length that lie next to each other form a group, whose
+    rows are one [count, length] block: attention runs per group, unpadded
+    and unmasked (callers sort a batch by length to make few groups)."""
 
     lengths: list[int]
-    gather: torch.Tensor | None  # [B, L] row of each padded slot (T = a zero row); None when B == 1
-    key_mask: torch.Tensor | None  # [B, 1, 1, L] True = a real key
-    scatter: torch.Tensor | None  # [T] flat index of each real row among B * L
+    groups: list[tuple[int, int, int]]  # (first row, sequences, length)
 
     @classmethod
-    def of(cls, lengths: Sequence[int], device: torch.device | str = "cpu") -> "EncoderBatch":
+    def of(cls, lengths: Sequence[int]) -> "EncoderBatch":
         lengths = list(lengths)
-        if len(lengths) == 1:
-            return cls(lengths, None, None, None)
-        width = max(lengths)
-        sizes = torch.tensor(lengths)
-        starts = torch.cumsum(sizes, 0) - sizes
-        offsets = torch.arange(width)
-        real = offsets[None, :] < sizes[:, None]  # [B, L]
-        gather = torch.where(real, starts[:, None] + offsets[None, :], sum(lengths))
-        scatter = real.reshape(-1).nonzero().squeeze(1)
-        return cls(lengths, gather.to(device), real[:, None, None, :].to(device), scatter.to(device))
+        groups: list[tuple[int, int, int]] = []
+        row = 0
+        for n in lengths:
+            if groups and groups[-1][2] == n:
+                start, count, _ = groups[-1]
+                groups[-1] = (start, count + 1, n)
+            else:
+                groups.append((row, 1, n))
+            row += n
+        return cls(lengths, groups)
 
     @property
     def first_rows(self) -> list[int]:
@@ -98,14 +99,14 @@ class EncoderLayer(nn.Module):
 
     def attention(self, x: torch.Tensor, batch: EncoderBatch) -> torch.Tensor:
         t, hidden = x.shape
-        qkv = self.qkv(x).view(t, 3, self.heads, self.head_dim)
-        if batch.gather is None:  # one sequence: no padding, no mask
-            q, k, v = qkv.permute(1, 2, 0, 3)[:, None]  # each [1, H, T, D]
-            return F.scaled_dot_product_attention(q, k, v).squeeze(0).transpose(0, 1).reshape(t, hidden)
-        padded = torch.cat((qkv, qkv.new_zeros(1, 3, self.heads, self.head_dim)))[batch.gather]  # [B, L, 3, H, D]
-        q, k, v = padded.permute(2, 0, 3, 1, 4)  # each [B, H, L, D]
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=batch.key_mask)  # [B, H, L, D]
-        return o.transpose(1, 2).reshape(-1, hidden)[batch.scatter]
+        qkv = self.qkv(x)
+        out = torch.empty_like(x)
+        for start, count, length in batch.groups:
+            rows = slice(start, start + count * length)
+            q, k, v = qkv[rows].view(count, length, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+            o = F.scaled_dot_product_attention(q, k, v)  # [count, H, length, D]
+            out[rows] = o.transpose(1, 2).reshape(count * length, hidden)
+        return out
 
 
 class BertEncoder(nn.Module):

@@ -14,6 +14,7 @@ from inferd.arch.bert import BertEncoder, build_encoder
 from inferd.models.encoder_config import EncoderConfig, ModelKind, model_kind
 from inferd.models.encoder_tokenizer import EncoderTokenizer
 from inferd.models.hf import count_safetensors, iter_safetensors, read_hf_config
+from inferd.models.loader import resolve_dtype
 from inferd.models.pooling_config import PoolingConfig, read_pooling_config
 from inferd.models.progress import with_progress
 
@@ -35,6 +36,19 @@ class LoadedEncoder:
     def max_tokens(self) -> int:
         """The longest input: the position table, or less where the model was trained shorter."""
         return min(self.config.max_tokens, self.pooling.max_tokens or self.config.max_tokens)
+
+
+def encoder_dtype(name: str, device: torch.device) -> torch.dtype:
+    """--embedding-dtype: `auto` is bfloat16 where the hardware computes it
+    natively (CUDA; CPUs with AVX512-BF16 or AMX: 2-3x float32's throughput,
+    cosine to float32 ~0.9999), else float32 (an AVX2 CPU only emulates bf16)."""
+    if name != "auto":
+        return resolve_dtype(name)
+    if device.type == "cuda":
+        return torch.bfloat16
+    from inferd.kernels.isa import cpu_flags
+
+    return torch.bfloat16 if cpu_flags() & {"avx512_bf16", "amx_bf16"} else torch.float32
 
 
 def folder_kind(path: Path) -> ModelKind:

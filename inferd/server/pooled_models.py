@@ -9,8 +9,8 @@ import logging
 from inferd.config import ServeConfig
 from inferd.engine.embedding.build import pooled_chat_model, pooled_encoder
 from inferd.models.default_embedding import BUNDLED_EMBEDDING_NAMES, DEFAULT_EMBEDDING_NAME, resolve_with_bundled
-from inferd.models.encoder_loader import folder_kind, load_encoder
-from inferd.models.loader import LoadedModel, resolve_device, resolve_dtype
+from inferd.models.encoder_loader import encoder_dtype, folder_kind, load_encoder
+from inferd.models.loader import LoadedModel, resolve_device
 from inferd.models.pooling_config import POOLING_MODES
 from inferd.serving.served_models import CHAT, EMBED, ServedModel
 from inferd.serving.state import ServerState
@@ -27,7 +27,7 @@ def check_embedding_options(config: ServeConfig) -> bool:
         if folder_kind(path) == CHAT:
             raise ValueError(f"--embedding-model {model} is not an encoder (BERT family) folder; "
                              "a chat model's embeddings come from --model with --pooling")
-    resolve_dtype(config.embedding_dtype)
+    encoder_dtype(config.embedding_dtype, resolve_device(config.device))
     encoder = folder_kind(resolve_with_bundled(config.model, config.data_dir)[1]) != CHAT
     if config.pooling and config.pooling not in (POOLING_MODES if encoder else CHAT_POOLING):
         raise ValueError(f"--pooling {config.pooling} is not one of {', '.join(POOLING_MODES if encoder else CHAT_POOLING)}"
@@ -39,8 +39,9 @@ def load_encoder_model(state: ServerState, model: str | None, main: bool = False
     """Load an encoder folder (or the bundled one) and serve it; `main`: it is --model."""
     config = state.config
     name, path = resolve_with_bundled(model, config.data_dir)
-    loaded = load_encoder(state.model_name if main else name, path, resolve_dtype(config.embedding_dtype),
-                          resolve_device(config.device), config.pooling if main else None)
+    device = resolve_device(config.device)
+    loaded = load_encoder(state.model_name if main else name, path, encoder_dtype(config.embedding_dtype, device),
+                          device, config.pooling if main else None)
     pooled = pooled_encoder(loaded, config.embedding_batch_tokens, config.max_queue)
     aliases = tuple(config.alias) if main else ()
     if name == DEFAULT_EMBEDDING_NAME:  # the bundled model answers to each of its names

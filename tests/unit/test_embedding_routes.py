@@ -31,7 +31,8 @@ def cross_encoder_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def app(tiny_model_dir, cross_encoder_dir):
-    config = small_config(pooling="mean", embedding_model=[MINILM, str(cross_encoder_dir)])
+    # float32: the scores are compared with transformers' and sentence-transformers' float32 figures.
+    config = small_config(pooling="mean", embedding_model=[MINILM, str(cross_encoder_dir)], embedding_dtype="float32")
     state = new_state(config, "tiny")
     for model in config.embedding_model:
         load_encoder_model(state, model)

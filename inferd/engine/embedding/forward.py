@@ -24,15 +24,23 @@ class EncoderForward:
 
     @torch.inference_mode()
     def __call__(self, inputs: Sequence[PooledInput]) -> list[PooledOutput]:
-        lengths = [len(item) for item in inputs]
-        ids = torch.tensor([t for item in inputs for t in item.ids], dtype=torch.int64, device=self.device)
+        # Sorted by length, equal lengths lie together and attend as one block.
+        order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]))
+        items = [inputs[i] for i in order]
+        lengths = [len(item) for item in items]
+        ids = torch.tensor([t for item in items for t in item.ids], dtype=torch.int64, device=self.device)
         positions = torch.cat([torch.arange(n) for n in lengths]).to(self.device)
-        types = [t for item in inputs for t in (item.type_ids or [0] * len(item))]
-        batch = EncoderBatch.of(lengths, self.device)
+        types = [t for item in items for t in (item.type_ids or [0] * len(item))]
+        batch = EncoderBatch.of(lengths)
         hidden = self.model(ids, positions, torch.tensor(types, dtype=torch.int64, device=self.device), batch)
         if self.scores:
-            return relevance(self.model.classify(hidden, batch))
-        return _outputs(hidden, lengths, self.mode, self.normalize)
+            results = relevance(self.model.classify(hidden, batch))
+        else:
+            results = _outputs(hidden, lengths, self.mode, self.normalize)
+        unsorted: list[PooledOutput] = [0.0] * len(inputs)
+        for position, index in enumerate(order):
+            unsorted[index] = results[position]
+        return unsorted
 
 
 class DecoderForward:
