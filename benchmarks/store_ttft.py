@@ -19,6 +19,12 @@ they build are theirs alone.
     warm         the same again, nothing evicted
     all cold     (--drop-caches) `echo 3 > /proc/sys/vm/drop_caches` first:
                  every file cold, Python and torch's libraries included
+
+`--in-process` measures the same load in this process instead (no process
+start, no HTTP): `load_model` of the stored name, then one engine step to the
+first token, cold and warm alternating. On a busy shared machine a server's
+start-up varies by seconds between runs; this isolates what the file cache
+changes.
 """
 
 from __future__ import annotations
@@ -95,6 +101,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--drop-caches", action="store_true", help="also runs with every file cold (needs root)")
+    parser.add_argument("--in-process", action="store_true", help="load in this process: no server, no HTTP")
     args = parser.parse_args()
 
     from inferd.model_store import ModelStore
@@ -110,6 +117,8 @@ def main() -> None:
     results: dict[str, list[tuple[float, float, float]]] = {}
     resident: dict[str, int] = {}
     cache = work / "cache"
+    if args.in_process:
+        return in_process(work, blob, cache, args)
     for i in range(args.runs):
         fresh = work / f"first-{i}"
         results.setdefault("first load", []).append(one_run(work / "data", fresh, args.threads))
@@ -132,6 +141,46 @@ def main() -> None:
         ready, ttft, total = (statistics.median(r[k] for r in runs) for k in range(3))
         res = f"{resident[name] / 1024:.0f} MB" if name in resident else "-"
         print(f"{name:<12} {res:>10} {ready:>10.2f} {ttft:>10.0f} {total:>23.2f}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def in_process(work: Path, blob: Path, cache: Path, args) -> None:
+    os.environ["XDG_CACHE_HOME"] = str(cache)  # read by the weight and tokenizer caches at each load
+    import torch
+
+    from inferd.config import EngineConfig
+    from inferd.engine.engine import Engine
+    from inferd.engine.engine_request import EngineRequest
+    from inferd.engine.sampling_params import SamplingParams
+    from inferd.models.loader import load_model
+
+    torch.set_num_threads(args.threads)
+    config = EngineConfig(parallel=1, ctx_size=512)
+
+    def load_and_first_token() -> tuple[float, float]:
+        started = time.monotonic()
+        loaded = load_model("gemma-copy", data_dir=str(work / "data"))
+        engine = Engine(loaded, config)
+        ready = time.monotonic()
+        engine.add_request(EngineRequest("r", loaded.tokenizer.encode(PROMPT), SamplingParams(max_tokens=1, temperature=0)))
+        while engine.has_work and not any(out.token_ids for out in engine.step()):
+            pass
+        return ready - started, (time.monotonic() - ready) * 1000
+
+    load_and_first_token()  # builds the weight cache
+    files = [blob, *(p for p in cache.rglob("*") if p.is_file())]
+    times: dict[str, list[tuple[float, float]]] = {"cold": [], "warm": []}
+    for _ in range(args.runs):
+        evict(files)
+        cold_resident = resident_kb(files)
+        times["cold"].append(load_and_first_token())
+        warm_resident = resident_kb(files)
+        times["warm"].append(load_and_first_token())
+    print(f"in process ({len(files)} files evicted for cold: {cold_resident // 1024} MB resident before a cold load, "
+          f"{warm_resident // 1024} MB before a warm one)")
+    print(f"{'scenario':<8} {'load_model + engine (s)':>24} {'first token (ms)':>17}")
+    for name, runs in times.items():
+        print(f"{name:<8} {statistics.median(r[0] for r in runs):>24.3f} {statistics.median(r[1] for r in runs):>17.0f}")
     shutil.rmtree(work, ignore_errors=True)
 
 
