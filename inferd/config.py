@@ -96,6 +96,7 @@ class RouterOptions:
     worker: list[str] = option((), "a worker's base URL, optionally MODEL=URL (repeatable)")
     etcd: str | None = option(None, "etcd HOST:PORT whose worker registrations make up the fleet")
     etcd_prefix: str = option(DEFAULT_PREFIX, "etcd key prefix workers register under")
+    etcd_keys_prefix: str = option("/inferd/keys/", "etcd key prefix under which router replicas share API keys (hashes only)")
     policy: str = option("kv-aware", "routing policy: kv-aware, precise, round-robin, least-load, direct")
     # kv-aware: how much of a prompt must match a worker's tree before locality beats load.
     cache_threshold: float = option(0.5, "kv-aware: route to the longest prefix match only above this match rate (0..1)")

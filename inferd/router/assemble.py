@@ -119,6 +119,10 @@ async def start_router(state: RouterState) -> None:
         host, port = parse_etcd_address(config.etcd)
         state.etcd = EtcdWatcher(state.fleet, host, port, config.etcd_prefix)
         state.tasks.append(asyncio.create_task(state.etcd.run(), name="etcd watch"))
+        from inferd.router.shared_keys import SharedKeys
+
+        state.shared_keys = SharedKeys(state.tenants.ring, host, port, config.etcd_keys_prefix)
+        state.tasks.append(asyncio.create_task(state.shared_keys.run(), name="etcd keys watch"))
     log.info("routing with policy %s over %d static workers%s", config.policy, len(state.static_records),
              f", watching etcd {config.etcd} {config.etcd_prefix}" if config.etcd else "")
 

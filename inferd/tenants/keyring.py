@@ -11,7 +11,7 @@ from __future__ import annotations
 import hmac
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from inferd.tenants.keys import ApiKey, InvalidField, check_name
 from inferd.tenants.secrets import display_prefix, hash_secret, new_secret
@@ -29,6 +29,8 @@ class LastAdminKey(Exception):
 class KeyRing:
     def __init__(self, store: KeyStore | None = None, bootstrap: Iterable[str] = ()):
         self.store = store
+        # Told of every change made here (the key, or None and the name when removed): replicas share them.
+        self.on_change: Callable[[str, ApiKey | None], None] | None = None
         self._lock = threading.Lock()
         self._by_hash: dict[str, ApiKey] = {}
         self._by_name: dict[str, ApiKey] = {}
@@ -96,6 +98,7 @@ class KeyRing:
             if self.store is not None:
                 self.store.insert(key)
             self._put(key)
+        self._changed(name, key)
         return key, secret
 
     def update(self, name: str, changes: dict) -> ApiKey:
@@ -108,6 +111,7 @@ class KeyRing:
                 self.store.replace(new)
             self._drop(old)
             self._put(new)
+        self._changed(name, new)
         return new
 
     def rotate(self, name: str) -> tuple[ApiKey, str]:
@@ -120,6 +124,7 @@ class KeyRing:
                 self.store.replace(new)
             self._drop(old)
             self._put(new)
+        self._changed(name, new)
         return new, secret
 
     def remove(self, name: str) -> None:
@@ -130,6 +135,34 @@ class KeyRing:
             if self.store is not None:
                 self.store.delete(name)
             self._drop(key)
+        self._changed(name, None)
+
+    def _changed(self, name: str, key: ApiKey | None) -> None:
+        if self.on_change is not None:
+            self.on_change(name, key)
+
+    def apply(self, name: str, key: ApiKey | None) -> None:
+        """A change another replica made (a shared record, or None when removed): taken as it is, not passed on."""
+        with self._lock:
+            old = self._by_name.get(name)
+            if old is not None and old.bootstrap:
+                return
+            if key is None:
+                if old is not None:
+                    self._drop(old)
+                    if self.store is not None:
+                        self.store.delete(name)
+                return
+            if old is not None:
+                key = key.changed({"last_used_at": max(old.last_used_at or 0, key.last_used_at or 0) or None})
+                self._drop(old)
+            self._put(key)
+            if self.store is not None:
+                self.store.replace(key)
+
+    def stored(self) -> list[ApiKey]:
+        """The managed keys (no bootstrap ones)."""
+        return [k for k in self._by_name.values() if not k.bootstrap]
 
     def _editable(self, name: str) -> ApiKey:
         key = self.get(name)

@@ -64,6 +64,22 @@ class ApiKey:
             "created_at": self.created_at, "last_used_at": self.last_used_at, "bootstrap": self.bootstrap,
         }
 
+    def record(self) -> dict:
+        """What replicas share (etcd): everything but a secret, which is never kept."""
+        return {**self.public(), "secret_hash": self.secret_hash}
+
+    @classmethod
+    def from_record(cls, record: Mapping) -> ApiKey:
+        """Raises ValueError (naming the field) on a record that does not fit."""
+        try:
+            return cls(name=check_name(record["name"]), secret_hash=str(record["secret_hash"]),
+                       prefix=str(record["prefix"]), scopes=tuple(record.get("scopes") or ()),
+                       admin=bool(record.get("admin")), limits=Limits(**(record.get("limits") or {})),
+                       expires_at=record.get("expires_at"), disabled=bool(record.get("disabled")),
+                       created_at=float(record.get("created_at") or 0), last_used_at=record.get("last_used_at"))
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"not a key record: {e}") from None
+
     def changed(self, changes: Mapping) -> ApiKey:
         limits = dataclasses.replace(self.limits, **{k: v for k, v in changes.items() if k in LIMIT_FIELDS})
         rest = {k: v for k, v in changes.items() if k not in LIMIT_FIELDS}
