@@ -66,6 +66,7 @@ class Tenants:
         self.isolate_cache = isolate_cache
         self.clock = clock
         self._flush_due = False
+        self._counted: set[tuple[str, str]] = set()  # (key, day) whose earlier usage is in the daily counter
         self._flushing: asyncio.Task | None = None
 
     @property
@@ -104,7 +105,21 @@ class Tenants:
             raise Refused(403, f"API key {key.name!r} may not use model {model!r}; it may use "
                                f"{', '.join(map(repr, key.scopes))}", code="model_not_allowed")
         await self.enter(ticket)
+        if key.limits.daily_tokens and self.limiter.in_memory:
+            await self._count_earlier_today(key)
         await self.limiter.reserve(ticket.reservation, key, tokens)
+
+    async def _count_earlier_today(self, key) -> None:
+        """Counters in memory start at zero with the process: a key's first request of the day here
+        adds what the ledger holds for today, so a restart does not renew a daily allowance."""
+        day = utc_day(self.clock())
+        if (key.name, day) in self._counted:
+            return
+        self._counted.add((key.name, day))
+        rows = await asyncio.to_thread(self.ledger.usage, key.name, None, day, day)
+        used = sum(r.prompt_tokens + r.completion_tokens for r in rows)
+        if used:
+            await self.limiter.count_daily(key, day, used)
 
     async def settle(self, ticket: Ticket, status: int) -> None:
         if ticket.settled:

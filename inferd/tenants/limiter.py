@@ -79,6 +79,7 @@ class Reservation:
 class Limiter:
     def __init__(self, storage_uri: str = "memory://", clock=time.time):
         self.storage = open_storage(storage_uri)
+        self.in_memory = not storage_uri.startswith(("redis://", "rediss://"))  # counters die with the process
         self.windows = FixedWindowRateLimiter(self.storage)
         self.clock = clock
 
@@ -182,6 +183,11 @@ class Limiter:
         """Return `amount` (negative: take more) to the window `t` was taken from, if it is still that window."""
         if amount and await self.storage.get_expiry(t.key) == t.reset:
             await self.storage.incr(t.key, t.expiry, -amount)
+
+    async def count_daily(self, key: ApiKey, day: str, tokens: int) -> None:
+        """Add tokens used earlier today (before a restart) to the key's daily counter."""
+        item = RateLimitItemPerDay(key.limits.daily_tokens)
+        await self.storage.incr(item.key_for(key.name, "daily", day), item.get_expiry(), tokens)
 
     async def in_flight(self, key: ApiKey) -> int:
         return await self.storage.get(f"inferd/concurrent/{key.name}")

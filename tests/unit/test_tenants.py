@@ -247,3 +247,32 @@ def test_gate_identifies_scopes_and_ledgers(tmp_path):
 
 def test_reset_durations_read_like_openais():
     assert [duration(s) for s in (0.02, 1, 59.2, 60, 361)] == ["20ms", "1s", "1m0s", "1m0s", "6m1s"]
+
+
+def test_a_restart_does_not_renew_a_daily_allowance(tmp_path):
+    clock = Clock()
+
+    def started() -> tuple[Tenants, str]:
+        ring = KeyRing(KeyStore.in_dir(tmp_path))
+        return Tenants(ring, Limiter(clock=clock), clock=clock), ring
+
+    async def use(tenants, secret, tokens):
+        ticket = Ticket(tenants.identify([secret.encode()]))
+        await tenants.admit(ticket, "m", tokens)
+        ticket.meters.append(lambda: (tokens, 0, 0))
+        await tenants.settle(ticket, 200)
+
+    tenants, ring = started()
+    _, secret = ring.add("k", {"daily_tokens": 100})
+    run(use(tenants, secret, 70))
+    tenants.close()
+    tenants, _ = started()  # a new process: counters in memory start empty
+
+    async def after_restart():
+        with pytest.raises(Refused) as e:
+            await use(tenants, secret, 40)
+        assert e.value.kind == "daily_tokens"
+        await use(tenants, secret, 30)
+
+    run(after_restart())
+    tenants.close()
