@@ -34,7 +34,7 @@ class HubServer:
         self.pace = 0.0  # seconds to wait after each 16 KiB of a body (0: as fast as it goes)
         self._broken: set[str] = set()
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._httpd = _QuietServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
 
@@ -72,6 +72,14 @@ class HubServer:
         if name in self.corrupt:
             data = bytes([data[0] ^ 0xFF]) + data[1:]
         return data
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):  # a client that left: expected
+            super().handle_error(request, client_address)
 
 
 def _git_blob_id(data: bytes) -> str:
@@ -147,11 +155,12 @@ def _handler(hub: HubServer):
                 body = body[:max(cut - start, 0)]
                 hub._broken.add(name)  # the retry that follows finds the file unavailable
                 self.close_connection = True
-            with hub._lock:
-                hub.sent[name] = hub.sent.get(name, 0) + len(body)
             for start in range(0, len(body), 16384) if hub.pace else [0]:
-                self.wfile.write(body[start:start + 16384] if hub.pace else body)
+                piece = body[start:start + 16384] if hub.pace else body
+                self.wfile.write(piece)
                 self.wfile.flush()
+                with hub._lock:
+                    hub.sent[name] = hub.sent.get(name, 0) + len(piece)
                 time.sleep(hub.pace)
 
     return Handler

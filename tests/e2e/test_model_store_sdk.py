@@ -5,6 +5,8 @@ copy and delete; OpenAI's model list and retrieval, stored beside served."""
 from __future__ import annotations
 
 import hashlib
+import json
+import time
 
 import pytest
 
@@ -86,3 +88,31 @@ def test_the_bundled_model_cannot_be_deleted(sdk):
     with pytest.raises(ollama.ResponseError) as error:
         sdk.delete("gemma-3-270m")
     assert error.value.status_code == 400 and "is the bundled model" in error.value.error
+
+
+def test_a_pull_runs_off_the_event_loop_and_a_client_that_leaves_cancels_it(store_server, hub, tmp_path):
+    from hub_server import small_gguf
+
+    data = small_gguf(tmp_path / "slow.gguf", rows=512)  # 2 MB, sent 16 KiB at a time
+    hub.add_repo("acme/Slow-GGUF", {"Slow-Q4_K_M.gguf": data})
+    hub.pace = 0.01
+    try:
+        with store_server.http() as http:
+            with http.stream("POST", "/api/pull", json={"model": "acme/Slow-GGUF:Q4_K_M"}) as r:
+                lines = r.iter_lines()
+                assert json.loads(next(lines)) == {"status": "pulling manifest"}
+                assert json.loads(next(lines))["status"] == "pulling Slow-Q4_K_M.gguf"
+                for _ in range(3):  # the download goes on meanwhile; the server answers at once
+                    started = time.monotonic()
+                    assert http.get("/health").status_code == 200
+                    assert time.monotonic() - started < 1.0
+                assert hub.sent.get("Slow-Q4_K_M.gguf", 0) < len(data)
+            # The client left mid-download: the pull stops and writes no manifest.
+            deadline = time.monotonic() + 30
+            while hub.sent.get("Slow-Q4_K_M.gguf", 0) < len(data) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(0.5)
+            names = [m["name"] for m in http.get("/api/tags").json()["models"]]
+            assert "acme/Slow-GGUF:Q4_K_M" not in names
+    finally:
+        hub.pace = 0.0
