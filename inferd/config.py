@@ -70,8 +70,8 @@ class ServerOptions:
 class EmbeddingOptions:
     embedding_model: list[str] = option((), "an embedding model (a BERT-family folder, or all-minilm-l6-v2, bundled) or a cross-encoder reranker, served beside --model (repeatable)")
     pooling: str | None = option(None, "pooling: none (a vector per token), mean, cls, last, max; serves a chat model's embeddings, or overrides an embedding model's own (sentence-transformers config)")
-    embedding_dtype: str = option("float32", "dtype of embedding and rerank models: float32, bfloat16 (faster on CPUs with AVX512-BF16/AMX, cosine to float32 ~0.9999)")
-    embedding_batch_tokens: int = option(8192, "token budget of one embedding or rerank forward (inputs x the longest); requests that arrive together share it")
+    embedding_dtype: str = option("auto", "dtype of embedding and rerank models: auto (bfloat16 on CUDA and CPUs with AVX512-BF16 or AMX, 2-3x faster there, cosine to float32 ~0.9999; else float32), float32, bfloat16")
+    embedding_batch_tokens: int = option(4096, "token budget of one embedding or rerank forward (inputs x the longest); requests that arrive together share it")
 
 
 @dataclass
