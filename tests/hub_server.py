@@ -32,6 +32,7 @@ class HubServer:
         self.sent: dict[str, int] = {}
         self.ranges: list[str] = []
         self.pace = 0.0  # seconds to wait after each 16 KiB of a body (0: as fast as it goes)
+        self.authorizations: list[str | None] = []  # each request's Authorization header
         self._broken: set[str] = set()
         self._lock = threading.Lock()
         self._httpd = _QuietServer(("127.0.0.1", 0), _handler(self))
@@ -46,6 +47,7 @@ class HubServer:
     def reset(self) -> None:
         with self._lock:
             self.cut.clear(), self.corrupt.clear(), self.sent.clear(), self.ranges.clear(), self._broken.clear()
+            self.authorizations.clear()
 
     def __enter__(self) -> "HubServer":
         threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
@@ -104,6 +106,7 @@ def _handler(hub: HubServer):
             self._answer(head=True)
 
         def _answer(self, head: bool):
+            hub.authorizations.append(self.headers.get("Authorization"))
             info = _INFO.match(self.path)
             if info and info.group(1) in hub.repos:
                 return self._json(200, hub.info(info.group(1)))

@@ -74,9 +74,15 @@ def hub(tmp_path_factory, tiny_model_dir):
 
 @pytest.fixture(scope="session")
 def store_server(tiny_model_dir, server_logs, hub, tmp_path_factory):
-    """The tiny model served with a model store of its own, pulling from `hub`."""
-    server = ServerProcess(tiny_model_dir, port=0, parallel=2, ctx_size=TINY_CTX, log_path=server_logs / "store.log",
-                           extra_args=["--data-dir", str(tmp_path_factory.mktemp("store-data"))])
+    """The tiny model imported into a model store of the server's own as "tiny-stored" and
+    served by that name (`--model tiny-stored`); pulls go to `hub`."""
+    from inferd.model_store import ModelStore
+    from inferd.model_store.importing import import_model
+
+    data = tmp_path_factory.mktemp("store-data")
+    import_model(ModelStore(data / "models"), tiny_model_dir, name="tiny-stored")
+    server = ServerProcess("tiny-stored", port=0, parallel=2, ctx_size=TINY_CTX, log_path=server_logs / "store.log",
+                           extra_args=["--data-dir", str(data)])
     server.env = {"HF_ENDPOINT": hub.url}
     server.start()
     yield server

@@ -32,7 +32,8 @@ def test_pull_streams_progress_then_list_show_copy_delete(sdk, store_server, hub
     assert [p.status for p in progress[-3:]] == ["verifying sha256 digest", "writing manifest", "success"]
 
     listed = {m.model: m for m in sdk.list().models}
-    assert set(listed) == {store_server.model_name, "gemma-3-270m:latest", Q4}
+    assert store_server.model_name == "tiny-stored"  # served by its name in the store
+    assert set(listed) == {"tiny-stored", "gemma-3-270m:latest", Q4}  # not again as tiny-stored:latest
     pulled = listed[Q4]
     assert pulled.size == len(data)
     assert (pulled.details.format, pulled.details.family, pulled.details.quantization_level) == ("gguf", "llama",

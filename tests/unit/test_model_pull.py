@@ -159,3 +159,9 @@ def test_a_file_in_huggingface_hubs_cache_is_taken_from_there(store, hub, tmp_pa
     manifest = pull(store, f"{GGUF_REPO}:Q8_0")
     assert hub.sent == {Q8: size}  # not fetched again
     assert store.resolve(manifest.model_name).read_bytes() == hub.repos[GGUF_REPO][Q8]
+
+
+def test_hf_token_is_sent_with_every_request(store, hub, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    pull(store, f"{GGUF_REPO}:Q8_0")
+    assert len(hub.authorizations) >= 2 and set(hub.authorizations) == {"Bearer hf_secret"}
