@@ -129,6 +129,9 @@ async def admit_forward(endpoint: Endpoint, body: Mapping, model: str | None) ->
     if ctx is None:
         return None
     ctx.model = model or ""
+    traces = ctx.services.get("traces")
+    if traces is not None:  # so /v1/requests through the router shows this request to its key
+        traces.note(ctx.trace_id, ctx.key.name if ctx.key is not None else None)
     if ctx.ticket is None or not ctx.ticket.admitted:  # no keys, or not a generating path
         return None
     prompt, budget = prompt_estimate(endpoint, body), budget_of(body)
@@ -142,8 +145,9 @@ async def admit_forward(endpoint: Endpoint, body: Mapping, model: str | None) ->
 
 
 def with_trace_id(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The request's trace id goes to the worker, which logs and echoes it."""
+    """The request's trace id (the client's when it was sane, else the router's own) goes to the worker,
+    which logs and echoes it."""
     ctx = current_request()
-    if ctx is None or any(name.lower() == TRACE_HEADER for name, _ in headers):
+    if ctx is None:
         return headers
-    return [*headers, (TRACE_HEADER, ctx.trace_id.encode())]
+    return [*(h for h in headers if h[0].lower() != TRACE_HEADER), (TRACE_HEADER, ctx.trace_id.encode())]

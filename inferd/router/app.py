@@ -15,7 +15,7 @@ from inferd.http.auth import ApiKeyAuth
 from inferd.http.cors import add_cors
 from inferd.http.body_limits import BodyLimits
 from inferd.http.errors import install_error_handlers
-from inferd.router import admin_routes
+from inferd.router import admin_routes, request_cards
 from inferd.router.assemble import start_router, stop_router
 from inferd.router.client_routes import client_routes
 from inferd.router.state import RouterState
@@ -43,9 +43,11 @@ def build_router_app(state: RouterState, *, manage: bool = True) -> FastAPI:
                        uploads=upload_limits(state.config))
     # Health stays open, as on workers.
     app.add_middleware(ApiKeyAuth, tenants=lambda: state.tenants, open_paths=admin_routes.HEALTH_PATHS,
-                       respond=error_response_for_path, generating=is_generating)
+                       respond=error_response_for_path, generating=is_generating,
+                       services=lambda: {"traces": state.traces})
     add_cors(app, state.config.cors_origin)
     app.include_router(admin_routes.router)
     app.include_router(key_routes.router)
+    app.include_router(request_cards.router)
     app.router.routes.extend(client_routes())
     return app

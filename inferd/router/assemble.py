@@ -27,6 +27,7 @@ from inferd.router.health import check_fleet, run_health_checks
 from inferd.router.policies import KV_AWARE_OPTIONS, make_policy
 from inferd.router.policies.base import Policy
 from inferd.router.proxy import Proxy
+from inferd.router.request_cards import TraceBook
 from inferd.router.state import RouterState
 from inferd.tenants.build import open_tenants
 
@@ -93,6 +94,7 @@ def build_router_state(config: RouterOptions, *, clock: Callable[[], float] = ti
         from inferd.router.metrics import RouterMetrics
 
         state.metrics = proxy.metrics = RouterMetrics(fleet)
+    state.traces = TraceBook()
     state.tenants = open_tenants(key_store_dir, state.api_keys, storage=config.rate_limit_storage,
                                  registry=state.metrics.registry if state.metrics is not None else None)
     for record in records:

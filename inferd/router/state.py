@@ -34,6 +34,7 @@ class RouterState:
     static_records: list = field(default_factory=list)  # discovery.record.WorkerRecord from --worker
     etcd: object | None = None  # discovery.etcd_watch.EtcdWatcher with --etcd
     shared_keys: object | None = None  # router.shared_keys.SharedKeys with --etcd: one key set for all replicas
+    traces: object | None = None  # router.request_cards.TraceBook: forwarded requests' trace ids and keys
     tasks: list[asyncio.Task] = field(default_factory=list)  # health checks, etcd watch
 
     @property

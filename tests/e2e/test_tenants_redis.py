@@ -31,14 +31,14 @@ def redis(tmp_path_factory):
 def shared_key(tmp_path_factory):
     folder = tmp_path_factory.mktemp("router-keys")
     ring = KeyRing(KeyStore.in_dir(folder))
-    ring.add("admin", {"admin": True})
+    _, admin = ring.add("admin", {"admin": True})
     _, secret = ring.add("shared", {"rpm": RPM})
     ring.store.close()
-    return folder, secret
+    return folder, secret, admin
 
 
 def test_two_routers_enforce_one_rpm_through_redis(tiny_server, redis, shared_key, server_logs):
-    folder, secret = shared_key
+    folder, secret, admin = shared_key
     args = ["--data-dir", str(folder), "--rate-limit-storage", redis.url]
     with RouterProcess([tiny_server.base_url], extra_args=args, log_path=server_logs / "router-a.log") as a, \
             RouterProcess([tiny_server.base_url], extra_args=args, log_path=server_logs / "router-b.log") as b:
@@ -67,3 +67,23 @@ def test_two_routers_enforce_one_rpm_through_redis(tiny_server, redis, shared_ke
             return {kind: totals[f"{kind}_tokens"] for kind in ("prompt", "completion")}
 
         assert wait_for(lambda: ledger() == expected, timeout=10), (ledger(), expected)
+
+        # Request cards through a router: its own requests, under its key; cancel reaches the worker.
+        trace = "through-router-a"
+        stream_body = {**body, "max_tokens": 150, "stream": True, "ignore_eos": True}  # the worker: --ctx-size 256
+        with httpx.Client(base_url=a.base_url, timeout=60.0, headers={"Authorization": f"Bearer {admin}"}) as http:
+            with http.stream("POST", "/v1/chat/completions", json=stream_body, headers={"x-request-id": trace}) as r:
+                chunks = r.iter_text()
+                next(chunks)
+
+                def running():
+                    card = http.get(f"/v1/requests/{trace}")
+                    return card.status_code == 200 and card.json()["state"] == "running" and card.json()
+                card = wait_for(running, timeout=10)
+                assert card and card["key"] == "admin" and card["worker"]
+                assert http.post(f"/v1/requests/{trace}/cancel").status_code == 200
+                rest = "".join(chunks)
+            assert "event: error" in rest and "cancelled" in rest
+            listed = http.get("/v1/requests").json()["data"]
+            assert trace in {c["trace_id"] for c in listed}
+            assert http.get(f"{b.base_url}/v1/requests/{trace}").status_code == 404  # router b did not forward it

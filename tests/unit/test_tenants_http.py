@@ -226,6 +226,10 @@ def test_a_key_sees_only_its_own_requests_and_usage(server):
             assert r.status_code == 403
             r = await c.get("/api/usage?from=yesterday", headers=AUTH)
             assert r.status_code == 400 and r.json()["error"].startswith("from must be a UTC day")
+            metrics = (await c.get("/metrics", headers=AUTH)).text
+            assert f'inferd_key_requests_total{{key="{a}",model="tiny"}} 1.0' in metrics
+            prompt = mine["totals"]["prompt_tokens"]
+            assert f'inferd_key_tokens_total{{key="{a}",kind="prompt",model="tiny"}} {float(prompt)}' in metrics
 
     run(go())
 
