@@ -175,6 +175,12 @@ class ModelStore:
         """The bundled model is in every store from its first use."""
         if not self._bundled_pending:
             return
+        folder = self.root
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if not folder.is_dir():
+            raise StoreError(f"cannot keep models under {self.root}: {folder} is a file, not a folder; "
+                             "pick another --data-dir, or move what is there away")
         self._bundled_pending = False
         file = self._manifest_path(BUNDLED)
         current = self._read(file) if file.is_file() else None

@@ -148,3 +148,11 @@ def test_manifests_round_trip_as_json(store, gguf):
     text = (store.manifests / "tiny%3Alatest.json").read_text()
     assert json.loads(text)["files"][0]["sha256"] == manifest.files[0].sha256
     assert store.get("tiny") == manifest
+
+
+def test_a_data_dir_that_is_a_file_is_a_store_error_naming_it(tmp_path):
+    (tmp_path / "data").write_text("")
+    with pytest.raises(StoreError, match=f"{tmp_path / 'data'} is a file, not a folder; pick another --data-dir"):
+        ModelStore(tmp_path / "data" / "models").models()
+    with pytest.raises(ModelNotFoundError, match="is a file, not a folder"):
+        resolve_model_path("tiny", tmp_path / "data")
