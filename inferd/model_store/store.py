@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,8 @@ from inferd.model_store.manifest import Manifest, StoredFile
 from inferd.model_store.names import ModelName
 
 log = logging.getLogger(__name__)
+
+ABANDONED_AFTER = 7 * 24 * 3600.0  # seconds a partial download is kept for a pull to resume it
 
 
 class ModelStore:
@@ -170,6 +173,13 @@ class ModelStore:
         for folder in self.views.iterdir() if self.views.is_dir() else ():
             if folder.name not in views:
                 shutil.rmtree(folder, ignore_errors=True)
+        abandoned = time.time() - ABANDONED_AFTER
+        for partial in self.partial.iterdir() if self.partial.is_dir() else ():
+            try:
+                if partial.stat().st_mtime < abandoned:
+                    partial.unlink()
+            except OSError:
+                pass  # another pull took it meanwhile
 
     def _seed_bundled(self) -> None:
         """The bundled model is in every store from its first use."""

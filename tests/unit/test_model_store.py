@@ -156,3 +156,14 @@ def test_a_data_dir_that_is_a_file_is_a_store_error_naming_it(tmp_path):
         ModelStore(tmp_path / "data" / "models").models()
     with pytest.raises(ModelNotFoundError, match="is a file, not a folder"):
         resolve_model_path("tiny", tmp_path / "data")
+
+
+def test_removing_a_model_sweeps_partial_downloads_abandoned_for_a_week(store, gguf):
+    import_model(store, gguf, name="tiny")
+    store.partial.mkdir(parents=True)
+    old, recent = store.partial / "a.partial", store.partial / "b.partial"
+    old.write_bytes(b"x"), recent.write_bytes(b"y")
+    week_ago = old.stat().st_mtime - 7 * 24 * 3600 - 1
+    os.utime(old, (week_ago, week_ago))
+    store.remove("tiny")
+    assert sorted(p.name for p in store.partial.iterdir()) == ["b.partial"]
