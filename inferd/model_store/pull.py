@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from filelock import FileLock, Timeout
+from filelock import Timeout
 
 from inferd.model_store import hub
 from inferd.model_store.describe import describe
