@@ -135,9 +135,9 @@ def test_a_reservation_settles_to_the_tokens_used(server):
     async def go():
         async with server.client() as c:
             _, secret = await new_key(c, limits={"tpm": 5000})
-            r = await c.post("/v1/chat/completions", json={**CHAT, "max_tokens": 40}, headers=bearer(secret))
+            r = await c.post("/v1/chat/completions", json={**CHAT, "max_tokens": 12}, headers=bearer(secret))
             used = r.json()["usage"]["total_tokens"]
-            reserved = r.json()["usage"]["prompt_tokens"] + 40
+            reserved = r.json()["usage"]["prompt_tokens"] + 12
             assert int(r.headers["x-ratelimit-remaining-tokens"]) == 5000 - reserved
             r = await c.post("/v1/chat/completions", json=CHAT, headers=bearer(secret))
             second_reserved = r.json()["usage"]["prompt_tokens"] + 3
@@ -292,29 +292,41 @@ def test_twenty_keys_four_hundred_requests_exact_counts(server):
         async with server.client() as c:
             keys = []
             for i in range(20):
-                limits = {"max_concurrent": 1 + i % 4, "rpm": rng.choice([0, 8, 15, 30]),
+                limits = {"max_concurrent": 1 + i % 4, "rpm": rng.choice([2, 3, 5, 0]),
                           "tpm": rng.choice([0, 400, 2000])}
                 keys.append((*await new_key(c, limits=limits), limits))
             peak: dict[str, int] = defaultdict(int)
             done = asyncio.Event()
 
+            cards = server.state.cards
+            opened = cards.open
+
+            def open_and_count(card):  # every opening, exactly: the in-flight cards of its key
+                opened(card)
+                in_flight = sum(1 for c in cards.in_flight.values() if c.key == card.key)
+                peak[card.key] = max(peak[card.key], in_flight)
+                return card
+
+            cards.open = open_and_count
+
             async def sample():
+                """What /v1/requests shows in flight, every 100 ms."""
                 while not done.is_set():
-                    r = await c.get("/v1/requests?state=running", headers=AUTH)
-                    r2 = await c.get("/v1/requests?state=queued", headers=AUTH)
-                    counts = Counter(card["key"] for card in r.json()["data"] + r2.json()["data"])
-                    for name, n in counts.items():
+                    listed = (await c.get("/v1/requests", headers=AUTH)).json()["data"]
+                    in_flight = Counter(card["key"] for card in listed if card["state"] in ("queued", "running"))
+                    for name, n in in_flight.items():
                         peak[name] = max(peak[name], n)
-                    await asyncio.sleep(0.005)
+                    await asyncio.sleep(0.1)
 
             async def one(name, secret):
-                body = {**CHAT, "max_tokens": rng.randint(1, 6)}
+                body = {**CHAT, "max_tokens": rng.randint(1, 3)}
                 return name, await c.post("/v1/chat/completions", json=body, headers=bearer(secret))
 
             sampler = asyncio.ensure_future(sample())
             answers = await asyncio.gather(*(one(name, secret) for name, secret, _ in keys for _ in range(20)))
             done.set()
             await sampler
+            del cards.open
             usage = (await c.get("/api/usage", headers=AUTH)).json()["data"]
             return keys, answers, usage, peak
 
@@ -365,3 +377,48 @@ def test_embeddings_are_admitted_for_scope_and_tokens(loaded):
                 assert (usage["requests"], usage["prompt_tokens"], usage["completion_tokens"]) == (1, used, 0)
 
     run(go())
+
+
+def test_keys_usage_and_last_use_survive_a_restart_and_no_secret_is_stored(loaded, tmp_path):
+    """Two servers one after the other on one data dir, as `inferd serve` builds them."""
+    from inferd.server.app import build_app
+    from inferd.server.assemble import attach_model, new_state
+    from served import client
+
+    def start():
+        state = new_state(small_config(ctx_size=CTX), "tiny", frozenset({ADMIN}), key_store_dir=tmp_path)
+        attach_model(state, loaded)
+        return state, build_app(state)
+
+    async def first():
+        state, app = start()
+        try:
+            async with client(app) as c:
+                name, secret = await new_key(c, limits={"rpm": 9})
+                r = await c.post("/v1/chat/completions", json=CHAT, headers=bearer(secret))
+                listed = (await c.get("/api/keys", headers=AUTH)).json()["data"]
+        finally:
+            state.engine.shutdown()
+            state.tenants.close()
+        return name, secret, r.json()["usage"], next(k for k in listed if k["name"] == name)
+
+    name, secret, used, before = run(first())
+    files = list(tmp_path.glob("tenants.sqlite3*"))
+    assert files and not any(secret.encode() in f.read_bytes() or ADMIN.encode() in f.read_bytes() for f in files)
+
+    async def second():
+        state, app = start()
+        try:
+            async with client(app) as c:
+                listed = (await c.get("/api/keys", headers=AUTH)).json()["data"]
+                models = await c.get("/v1/models", headers=bearer(secret))
+        finally:
+            state.engine.shutdown()
+            state.tenants.close()
+        return next(k for k in listed if k["name"] == name), models.status_code
+
+    after, status = run(second())
+    assert status == 200 and after["limits"]["rpm"] == 9
+    assert before["last_used_at"] is not None and after["last_used_at"] == pytest.approx(before["last_used_at"])
+    assert (after["usage_today"]["prompt_tokens"], after["usage_today"]["completion_tokens"]) == \
+        (used["prompt_tokens"], used["completion_tokens"])
