@@ -8,6 +8,7 @@ import sys
 
 from inferd import __version__
 from inferd.bench.options import add_bench_options
+from inferd.cli_llama import log_ignored, normalized
 from inferd.cli_options import add_options, build
 from inferd.config import EngineConfig, RouterOptions, ServeConfig
 from inferd.cli_sampling import add_sampling_options
@@ -15,8 +16,16 @@ from inferd.commands.keys import add_keys_command, run_keys
 from inferd.commands.store_cli import add_store_commands, run_store_command
 
 
+class _Parser(argparse.ArgumentParser):
+    """No abbreviated flags, in every subcommand: `serve -n 64` must not read as `--parallel 64`."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="inferd", description="Serve and run language models.")
+    parser = _Parser(prog="inferd", description="Serve and run language models.")
     parser.add_argument("--version", action="version", version=f"inferd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -27,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     add_store_commands(sub)  # pull, import, list, show, rm, cp, run
 
     serve = sub.add_parser("serve", help="serve the model over HTTP (OpenAI and llama-server routes)")
-    add_options(serve, ServeConfig)
+    add_options(serve, ServeConfig, llama_server=True)
 
     bench = sub.add_parser("bench", help="measure a running OpenAI-compatible server's latency and throughput")
     add_bench_options(bench)
@@ -49,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         from inferd.models.paths import ModelNotFoundError
 
         try:
-            return run_serve(build(ServeConfig, args))
+            log_ignored(args)
+            return run_serve(normalized(build(ServeConfig, args)))
         except ModelNotFoundError as e:
             print(f"inferd: {e}", file=sys.stderr)
             return 2

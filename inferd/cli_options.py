@@ -7,17 +7,25 @@ import dataclasses
 import os
 import typing
 
+from inferd import cli_llama
 
-def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One `--flag` per field; `INFERD_<FIELD>` in the environment overrides the default."""
+
+def add_options(parser: argparse.ArgumentParser, cls: type, llama_server: bool = False) -> None:
+    """One `--flag` per field; `INFERD_<FIELD>` in the environment overrides the default.
+    With `llama_server`, llama-server's spellings and `LLAMA_ARG_*` variables too
+    (`INFERD_*` wins), and its hardware-only flags as no-ops."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         meta = f.metadata
         flag = meta.get("flag") or "--" + f.name.replace("_", "-")
         names = [flag] + ([meta["short"]] if meta.get("short") else [])
         kind = _base_type(hints[f.name])
-        env = os.environ.get("INFERD_" + f.name.upper())
-        default = f.default if env is None else _parse_env(kind, env, f.name)
+        env_name, env = "INFERD_" + f.name.upper(), os.environ.get("INFERD_" + f.name.upper())
+        if llama_server:
+            names += [n for n in cli_llama.SPELLINGS.get(f.name, ()) if n not in names]
+            if env is None and (env := cli_llama.environment_value(f.name)) is not None:
+                env_name = cli_llama.ENVIRONMENT.get(f.name) or cli_llama.ENVIRONMENT_ALSO[f.name]
+        default = f.default if env is None else _parse_env(kind, env, env_name)
         if kind is bool:
             parser.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=meta["help"])
         elif kind is list:
@@ -27,6 +35,8 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
             parser.set_defaults(**{f"_default_{f.name}": items})
         else:
             parser.add_argument(*names, dest=f.name, type=kind, default=default, help=f"{meta['help']} (default: {default})")
+    if llama_server:
+        cli_llama.add_no_op_flags(parser)
 
 
 def build(cls: type, args: argparse.Namespace):
@@ -46,10 +56,10 @@ def _base_type(hint) -> type:
     return _base_type(args[0]) if args else hint
 
 
-def _parse_env(kind: type, value: str, name: str):
+def _parse_env(kind: type, value: str, env_name: str):
     if kind is bool:
-        return value.lower() in ("1", "true", "yes", "on")
+        return value.lower() in ("1", "true", "yes", "on", "enabled")
     try:
         return kind(value)
     except ValueError:
-        raise SystemExit(f"INFERD_{name.upper()}={value!r} is not a valid {kind.__name__}") from None
+        raise SystemExit(f"{env_name}={value!r} is not a valid {kind.__name__}") from None

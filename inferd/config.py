@@ -25,7 +25,8 @@ class ModelOptions:
 
 @dataclass
 class EngineOptions:
-    ctx_size: int = option(4096, "maximum tokens per sequence (prompt + output)", short="-c")
+    ctx_size: int = option(4096, "maximum tokens per sequence (prompt + output). Unlike llama-server's -c, the total "
+                           "across its slots, each of the --parallel sequences gets this many here", short="-c")
     parallel: int = option(4, "maximum sequences decoded together", short="-np")
     block_size: int = option(16, "tokens per KV-cache block")
     kv_cache_memory: int = option(0, "KV-cache size in MiB; 0 = ctx_size x parallel tokens")
@@ -45,8 +46,12 @@ class ServerOptions:
     port: int = option(8080, "port to listen on; 0 picks a free one (the log prints it)")
     api_key: list[str] = option((), "API key clients must send (repeatable)")
     api_key_file: str | None = option(None, "file with one API key per line")
-    alias: list[str] = option((), "another model name clients may use for the served model (repeatable)")
-    chat_template: str | None = option(None, "chat template: a built-in name (gemma, chatml, llama3) or a Jinja file")
+    alias: list[str] = option((), "the name the served model answers to and reports (repeatable or comma-separated; the first is its id, the rest and its own name are also accepted)", short="-a")
+    default_model: str | None = option(None, "the model that serves requests naming a model not served here; default: the one model served, unless --strict-model-names")
+    strict_model_names: bool = option(False, "answer 404 to a request naming a model not served here, even with one model")
+    chat_template_kwargs: str | None = option(None, "JSON object of chat-template variables every request gets, under its own chat_template_kwargs, e.g. '{\"enable_thinking\": false}'")
+    slot_save_path: str | None = option(None, "folder where POST /slots/ID?action=save writes a slot's tokens and KV cache (restore reads them); default: slot saving off")
+    chat_template: str | None = option(None, "chat template: a built-in name (gemma, chatml, llama3), a Jinja file, or the template text itself")
     metrics: bool = option(False, "serve Prometheus metrics at /metrics")
     slots: bool = option(True, "serve per-slot state at /slots")
     max_body_size: int = option(8 * 2**20, "largest request body accepted, in bytes")
@@ -67,11 +72,18 @@ class ServerOptions:
 
 
 @dataclass
-class EmbeddingOptions:
-    embedding_model: list[str] = option((), "an embedding model (a BERT-family folder, or all-minilm-l6-v2, bundled) or a cross-encoder reranker, served beside --model (repeatable)")
-    pooling: str | None = option(None, "pooling: none (a vector per token), mean, cls, last, max; serves a chat model's embeddings, or overrides an embedding model's own (sentence-transformers config)")
-    embedding_dtype: str = option("auto", "dtype of embedding and rerank models: auto (bfloat16 on CUDA and CPUs with AVX512-BF16 or AMX, 2-3x faster there, cosine to float32 ~0.9999; else float32), float32, bfloat16")
-    embedding_batch_tokens: int = option(4096, "token budget of one embedding or rerank forward (inputs x the longest); requests that arrive together share it")
+class SamplingOptions:
+    """What a request that leaves a sampling field unset runs with (llama-server's flags
+    and defaults, which keep small models coherent; OpenAI's temperature 1 does not)."""
+
+    temperature: float = option(0.8, "temperature of requests that set none; 0 = greedy", flag="--temp")
+    top_k: int = option(40, "top-k of requests that set none; 0 = off")
+    top_p: float = option(0.95, "top-p of requests that set none; 1 = off")
+    min_p: float = option(0.05, "min-p of requests that set none; 0 = off")
+    repeat_penalty: float = option(1.0, "repetition penalty of requests that set none; 1 = off")
+    presence_penalty: float = option(0.0, "presence penalty of requests that set none")
+    frequency_penalty: float = option(0.0, "frequency penalty of requests that set none")
+    seed: int = option(-1, "seed of requests that set none, so identical requests give identical text; -1 = random", short="-s")
 
 
 @dataclass
@@ -85,7 +97,15 @@ class AudioOptions:
 
 
 @dataclass
-class ServeConfig(EmbeddingOptions, AudioOptions, ServerOptions, EngineConfig):
+class EmbeddingOptions:
+    embedding_model: list[str] = option((), "an embedding model (a BERT-family folder, or all-minilm-l6-v2, bundled) or a cross-encoder reranker, served beside --model (repeatable)")
+    pooling: str | None = option(None, "pooling: none (a vector per token), mean, cls, last, max; serves a chat model's embeddings, or overrides an embedding model's own (sentence-transformers config)")
+    embedding_dtype: str = option("auto", "dtype of embedding and rerank models: auto (bfloat16 on CUDA and CPUs with AVX512-BF16 or AMX, 2-3x faster there, cosine to float32 ~0.9999; else float32), float32, bfloat16")
+    embedding_batch_tokens: int = option(4096, "token budget of one embedding or rerank forward (inputs x the longest); requests that arrive together share it")
+
+
+@dataclass
+class ServeConfig(EmbeddingOptions, AudioOptions, SamplingOptions, ServerOptions, EngineConfig):
     pass
 
 

@@ -23,6 +23,8 @@ class ChatTemplate:
 
     def __init__(self, source: str, bos_token: str | None, eos_token: str | None, stop: tuple[str, ...] = ()):
         self.source = source
+        self.defaults: dict[str, Any] = {}  # server-wide variables (--chat-template-kwargs), under each request's
+        self._reads_enable_thinking = "enable_thinking" in source
         self.stop = stop  # strings that end an assistant turn in this format (beyond EOS tokens)
         self.bos_token = bos_token
         self.eos_token = eos_token
@@ -49,6 +51,9 @@ class ChatTemplate:
             variables["bos_token"] = self.bos_token
         if self.eos_token is not None:
             variables["eos_token"] = self.eos_token
+        if self._reads_enable_thinking:
+            variables["enable_thinking"] = True  # a template that can think does, unless told not to
+        variables.update(self.defaults)
         variables.update(template_kwargs)
         variables.update(
             messages=messages if self._reads_content_parts else with_text_content(messages),
@@ -70,14 +75,21 @@ def chat_template_for(tokenizer: Tokenizer, override: str | None = None) -> Chat
     if override:
         if override in BUILTIN_TEMPLATES:
             source = BUILTIN_TEMPLATES[override]
+        elif _is_template_text(override):  # llama-server's --chat-template takes the template itself
+            source = override
         elif Path(override).is_file():
             source = Path(override).read_text()
         else:
             raise TemplateError(
-                f"--chat-template {override!r} is neither a built-in ({', '.join(BUILTIN_TEMPLATES)}) nor a file"
+                f"--chat-template {override!r} is neither a built-in ({', '.join(BUILTIN_TEMPLATES)}), "
+                "a file, nor Jinja template text"
             )
     elif tokenizer.chat_template:
         source = tokenizer.chat_template
     else:
         name, source = "transcript", BUILTIN_TEMPLATES["transcript"]
     return ChatTemplate(source, tokenizer.bos_token, tokenizer.eos_token, stop=BUILTIN_STOPS.get(name, ()))
+
+
+def _is_template_text(value: str) -> bool:
+    return "{{" in value or "{%" in value

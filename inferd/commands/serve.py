@@ -23,6 +23,7 @@ from inferd.chat.template import TemplateError, chat_template_for
 from inferd.commands.drain import end_unfinished_before
 from inferd.commands.listen import is_loopback
 from inferd.config import ServeConfig
+from inferd.serving.chat_defaults import check_chat_defaults
 from inferd.discovery import registration
 from inferd.discovery.record import WorkerRecord
 from inferd.kernels import isa
@@ -115,6 +116,8 @@ def load_engine(state: ServerState, on_ready=None) -> None:
         loaded.device, loaded.load_seconds, engine.pool.num_blocks, engine.pool.block_size, config.parallel,
         engine.max_model_len,
     )
+    log.info("context: %d tokens per sequence (-c here), %d across the %d slots (what llama-server's -c counts)",
+             engine.max_model_len, engine.max_model_len * config.parallel, config.parallel)
     if on_ready is not None:
         on_ready()
 
@@ -142,6 +145,10 @@ def run_serve(config: ServeConfig) -> int:
         raise SystemExit(f"inferd: {error}") from None
     api_keys = read_api_keys(config)
     check_chat_template(config)
+    try:
+        check_chat_defaults(config, name)
+    except ValueError as error:
+        raise SystemExit(f"inferd: {error}") from None
     try:
         state = new_state(config, name, api_keys, key_store_dir=config.data_dir or default_data_dir())
     except (ValueError, TenantStoreError) as error:

@@ -3,10 +3,13 @@
 Every path takes JSON up to --max-body-size. A path in the upload table
 takes multipart/form-data instead, up to its own limit (the audio routes:
 --max-audio-size). Anything else is a 415; a body past its limit a 413.
+A body declared as another type (curl -d sends form-urlencoded) is read and
+taken as JSON when it parses as JSON, as llama-server, Ollama and vLLM do.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -57,17 +60,16 @@ class BodyLimits:
         headers = dict(scope["headers"])
         length = headers.get(b"content-length")
         has_body = (length is not None and length != b"0") or b"transfer-encoding" in headers
+        sniff = False  # a body declared as something else, taken if it parses as JSON
         if has_body:
             media = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
             if rule.multipart and media != MULTIPART:
                 err = UnsupportedMediaType("send this request as multipart/form-data (the file and the other fields as form parts)")
                 return await self._reject(scope, receive, send, err)
-            if not rule.multipart and media != b"application/json" and not media.endswith(b"+json"):
-                err = UnsupportedMediaType("send the body as JSON with Content-Type: application/json")
-                return await self._reject(scope, receive, send, err)
+            sniff = not rule.multipart and media != b"application/json" and not media.endswith(b"+json")
         if length is not None and length.isdigit() and int(length) > rule.max_size:
             return await self._reject(scope, receive, send, PayloadTooLarge(self._too_large(rule)))
-        if length is not None:
+        if length is not None and not sniff:
             return await self.app(scope, receive, send)  # the server enforces the declared length
         # A chunked body has no declared size: read it here, up to the limit, then replay it.
         chunks, size = [], 0
@@ -82,6 +84,12 @@ class BodyLimits:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
+        if sniff:
+            if not _is_json(body):
+                err = UnsupportedMediaType("send the body as JSON with Content-Type: application/json")
+                return await self._reject(scope, receive, send, err)
+            scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+                     + [(b"content-type", b"application/json")]}
         replayed = False
 
         async def replay():
@@ -101,3 +109,11 @@ class BodyLimits:
 
     async def _reject(self, scope, receive, send, err) -> None:
         await self.respond(scope["path"], err)(scope, receive, send)
+
+
+def _is_json(body: bytes) -> bool:
+    try:
+        json.loads(body)
+    except ValueError:  # UnicodeDecodeError included
+        return False
+    return True

@@ -2,6 +2,7 @@
 
     APIError                    raised anywhere in a handler; carries status + type
       ├─ BadRequest (400)       invalid_request_error
+      │   └─ ContextSizeExceeded  exceed_context_size_error, with n_prompt_tokens and n_ctx
       ├─ Unauthorized (401)     authentication_error
       ├─ NotFound (404)         not_found_error
       ├─ PayloadTooLarge (413)
@@ -32,16 +33,29 @@ class APIError(Exception):
     status = 500
     type = "server_error"
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None, headers: dict | None = None):
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None, headers: dict | None = None,
+                 fields: dict | None = None):
         super().__init__(message)
         self.message = message[:MAX_MESSAGE]
         self.param = param
         self.code = code
         self.headers = headers
+        self.fields = fields or {}  # more members of the error object
 
 
 class BadRequest(APIError):
     status, type = 400, "invalid_request_error"
+
+
+class ContextSizeExceeded(BadRequest):
+    """The prompt (plus max_tokens) does not fit the context. llama-server's type and
+    fields, which clients read to trim a conversation; OpenAI's code."""
+
+    type = "exceed_context_size_error"
+
+    def __init__(self, message: str, n_prompt_tokens: int, n_ctx: int, param: str | None = None):
+        super().__init__(f"the request exceeds the available context size: {message}", param=param,
+                         code="context_length_exceeded", fields={"n_prompt_tokens": n_prompt_tokens, "n_ctx": n_ctx})
 
 
 class Unauthorized(APIError):
@@ -64,12 +78,14 @@ class ServiceUnavailable(APIError):
     status, type = 503, "service_unavailable"
 
 
-def error_body(message: str, type_: str, param: str | None = None, code: str | int | None = None) -> dict:
-    return {"error": {"message": message[:MAX_MESSAGE], "type": type_, "param": param, "code": code}}
+def error_body(message: str, type_: str, param: str | None = None, code: str | int | None = None,
+               fields: dict | None = None) -> dict:
+    return {"error": {"message": message[:MAX_MESSAGE], "type": type_, "param": param, "code": code, **(fields or {})}}
 
 
 def error_response(err: APIError) -> JSONResponse:
-    return JSONResponse(error_body(err.message, err.type, err.param, err.code), status_code=err.status, headers=err.headers)
+    return JSONResponse(error_body(err.message, err.type, err.param, err.code, err.fields), status_code=err.status,
+                        headers=err.headers)
 
 
 class HTTPStatusError(APIError):

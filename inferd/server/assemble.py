@@ -35,6 +35,7 @@ def new_state(config: ServeConfig, model_name: str, api_keys: frozenset[str] = f
 def attach_model(state: ServerState, loaded: LoadedModel) -> None:
     """Serve `loaded`: its chat template and chat features, then its engine (last: it marks the server ready)."""
     state.template = chat_template_for(loaded.tokenizer, state.config.chat_template)
+    state.template.defaults = template_defaults(state.config)
     attach_chat_features(state, loaded)
     state.loaded = loaded
     state.engine = AsyncEngine(Engine(loaded, state.config, think_ids=think_token_ids(loaded.tokenizer)))

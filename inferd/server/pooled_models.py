@@ -43,7 +43,7 @@ def load_encoder_model(state: ServerState, model: str | None, main: bool = False
     loaded = load_encoder(state.model_name if main else name, path, encoder_dtype(config.embedding_dtype, device),
                           device, config.pooling if main else None)
     pooled = pooled_encoder(loaded, config.embedding_batch_tokens, config.max_queue)
-    aliases = tuple(config.alias) if main else ()
+    aliases = tuple(state.served_names[1:]) if main else ()
     if name == DEFAULT_EMBEDDING_NAME:  # the bundled model answers to each of its names
         aliases += tuple(n for n in BUNDLED_EMBEDDING_NAMES if n != loaded.name)
     state.served.add(ServedModel(loaded.name, frozenset({pooled.kind}), aliases, pooled))
@@ -61,4 +61,4 @@ def serve_chat_model(state: ServerState, loaded: LoadedModel) -> None:
         pooled = pooled_chat_model(loaded, state.engine, config.pooling, config.embedding_batch_tokens,
                                    config.max_queue)
         tasks.add(EMBED)
-    state.served.add(ServedModel(state.model_name, frozenset(tasks), tuple(config.alias), pooled))
+    state.served.add(ServedModel(state.model_name, frozenset(tasks), tuple(state.served_names[1:]), pooled))

@@ -63,7 +63,8 @@ async def submit_chat(state: ServerState, req: ChatCompletionRequest, raw: Reque
     budget = req.requested_thinking_budget()
     params = []
     for i in range(req.n):
-        p = sampling_params(req, max_tokens, top if req.logprobs else None, seed_offset=i)
+        p = sampling_params(req, max_tokens, top if req.logprobs else None, seed_offset=i,
+                            defaults=state.sampling_defaults)
         p.stop += [s for s in state.template.stop if s not in p.stop]  # the template's own turn end
         p.thinking_budget = budget if budget is not None else state.config.reasoning_budget
         p.max_pattern_size, p.min_count = req.max_pattern_size, req.min_count

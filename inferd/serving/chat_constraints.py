@@ -17,11 +17,15 @@ def output_grammar(req: ChatCompletionRequest, mode: str, parser: ToolParser | N
         return GrammarSpec(kind, source)
     fmt = req.response_format
     if fmt is not None and fmt.type == "json_object":
+        if fmt.schema_ is not None:
+            return GrammarSpec.json_schema(closed_objects(fmt.schema_))
         return GrammarSpec("json_object")
     if fmt is not None and fmt.type == "json_schema":
         if fmt.json_schema is None or fmt.json_schema.schema_ is None:
             raise BadRequest("response_format json_schema needs json_schema.schema", param="response_format")
         return GrammarSpec.json_schema(closed_objects(fmt.json_schema.schema_))
+    if req.json_schema is not None and (fmt is None or fmt.type == "text"):
+        return GrammarSpec.json_schema(closed_objects(req.json_schema))
     if req.regex:
         return GrammarSpec("regex", req.regex)
     if req.grammar:

@@ -39,6 +39,10 @@ def tool_choice_mode(req: ChatCompletionRequest) -> str:
 def _template_message(message: dict) -> dict:
     if message["role"] == "developer":  # OpenAI's newer name for system instructions
         message["role"] = "system"
+    # Echoed reasoning: templates read one name or the other.
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    if reasoning:
+        message["reasoning_content"] = message["reasoning"] = reasoning
     for call in message.get("tool_calls") or []:
         # Templates index into arguments; OpenAI sends them as a JSON string.
         try:
@@ -56,14 +60,61 @@ def render_chat_prompt(template: ChatTemplate, req: ChatCompletionRequest, tools
         if isinstance(m.content, list) and any(p.type != "text" for p in m.content):
             raise BadRequest("this model takes text only; remove the image parts from messages", param="messages")
         messages.append(_template_message(m.model_dump(exclude_none=True)))
+    kwargs = req.template_kwargs()
+    if kwargs.get("preserve_thinking", template.defaults.get("preserve_thinking")) is False:
+        _drop_earlier_reasoning(messages)
+    prefill = continues_final_message(req)
     try:
+        if prefill:
+            return _prefilled(template, messages, tools if tools is not None else req.tools, kwargs)
         return template.render(
             messages, tools=tools if tools is not None else req.tools,
-            add_generation_prompt=req.add_generation_prompt and not req.continue_final_message,
-            **req.template_kwargs(),
+            add_generation_prompt=req.add_generation_prompt, **kwargs,
         )
     except TemplateError as e:
         raise BadRequest(f"the chat template refused these messages: {e}", param="messages") from None
+
+
+def continues_final_message(req: ChatCompletionRequest) -> bool:
+    """Assistant prefill: a conversation ending in an assistant message is continued
+    inside that message (llama-server, Anthropic), unless the request asks for a new
+    turn with add_generation_prompt: true; vLLM's continue_final_message says so outright."""
+    last_is_assistant = req.messages[-1].role == "assistant"
+    asked_new_turn = "add_generation_prompt" in req.model_fields_set and req.add_generation_prompt
+    if req.continue_final_message:
+        if asked_new_turn:
+            raise BadRequest("continue_final_message and add_generation_prompt cannot both be true: one continues "
+                             "the last message, the other opens a new turn; set add_generation_prompt to false",
+                             param="continue_final_message")
+        if not last_is_assistant:
+            raise BadRequest("continue_final_message needs the conversation to end in an assistant message",
+                             param="continue_final_message")
+        return True
+    return last_is_assistant and not asked_new_turn
+
+
+def _prefilled(template: ChatTemplate, messages: list[dict], tools, kwargs: dict) -> str:
+    """The prompt ending inside the final assistant message: rendered whole, then cut
+    after that message's text (templates close the turn after it)."""
+    content = messages[-1].get("content") or ""
+    text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
+    if not text.strip():  # nothing to continue: open the assistant's turn
+        return template.render(messages[:-1], tools=tools, add_generation_prompt=True, **kwargs)
+    rendered = template.render(messages, tools=tools, add_generation_prompt=False, **kwargs)
+    for needle in (text, text.strip()):
+        at = rendered.rfind(needle)
+        if at >= 0:
+            return rendered[:at + len(needle)]
+    raise BadRequest("the chat template changes the final assistant message, so it cannot be continued; "
+                     "end the conversation with a user message instead", param="messages")
+
+
+def _drop_earlier_reasoning(messages: list[dict]) -> None:
+    """preserve_thinking: false: reasoning of turns before the last user message is left out."""
+    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+    for m in messages[:last_user]:
+        m.pop("reasoning_content", None)
+        m.pop("reasoning", None)
 
 
 def submitted_prompt(template: ChatTemplate, req: ChatCompletionRequest) -> str:

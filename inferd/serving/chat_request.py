@@ -109,6 +109,7 @@ class JsonSchemaFormat(WireModel):
 class ResponseFormat(WireModel):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")  # llama-server's json_object with a schema
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -122,6 +123,7 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
     response_format: ResponseFormat | None = None
+    json_schema: dict[str, Any] | None = None  # llama-server's: output must follow this JSON schema
     regex: str | None = None  # output must match this regular expression
     grammar: str | None = None  # output must follow this GBNF grammar
     reasoning_effort: str | None = None

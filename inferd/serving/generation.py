@@ -27,10 +27,10 @@ from fastapi import Request
 
 from inferd.engine.async_engine import AsyncEngine, RequestStream
 from inferd.engine.engine_request import EngineRequest, Priority
-from inferd.engine.errors import EngineDeadError, QueueFullError
+from inferd.engine.errors import EngineDeadError, QueueFullError, RequestRejected
 from inferd.engine.outputs import RequestOutput, RequestTiming, TokenLogprobs, Usage
 from inferd.engine.sampling_params import SamplingParams
-from inferd.http.errors import APIError, BadRequest, ServiceUnavailable
+from inferd.http.errors import APIError, BadRequest, ContextSizeExceeded, ServiceUnavailable
 from inferd.http.request_context import RequestContext, current_request
 from inferd.serving.cards import RequestCard, RequestCards
 from inferd.serving.metrics import observe_output
@@ -145,8 +145,19 @@ def submit(engine: AsyncEngine, submission: Submission, prompts: Sequence[list[i
             s.close()
         if isinstance(exc, ENGINE_UNAVAILABLE):
             raise engine_unavailable(exc) from None
+        if isinstance(exc, RequestRejected) and (over := _overflow(engine, prompts, params)) is not None:
+            raise ContextSizeExceeded(str(exc), *over) from None
         raise
     return Generation(streams, prompts, submission.request_id, ctx)
+
+
+def _overflow(engine: AsyncEngine, prompts: Sequence[list[int]], params: Sequence[SamplingParams]):
+    """(prompt tokens, context) of the first request that cannot fit the context, if any."""
+    n_ctx = engine.engine.max_model_len
+    for ids, p in zip(prompts, params):
+        if len(ids) >= n_ctx or (p.max_tokens is not None and len(ids) + p.max_tokens > n_ctx):
+            return len(ids), n_ctx
+    return None
 
 
 class Generation:

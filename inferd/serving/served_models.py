@@ -41,12 +41,25 @@ class ServedModels:
     def __init__(self) -> None:
         self.models: list[ServedModel] = []
         self.loaded = False  # every model is in; until then a missing task may still be loading
+        self.default: str | None = None  # --default-model: serves requests naming a model served nowhere here
+        self.strict = False  # --strict-model-names: no fallback, not even to the one model served
 
     def add(self, model: ServedModel) -> None:
         self.models = [m for m in self.models if m.name != model.name] + [model]
 
     def named(self, name: str) -> ServedModel | None:
         return next((m for m in self.models if name in m.names), None)
+
+    def meant(self, name: str) -> ServedModel | None:
+        """The model a request naming `name` goes to: the one of that name, else
+        --default-model, else (unless --strict-model-names) the only model served.
+        Clients send their own defaults (gpt-4o, claude-..., test) to one-model servers."""
+        model = self.named(name)
+        if model is not None or self.strict:
+            return model
+        if self.default is not None:
+            return self.named(self.default)
+        return self.models[0] if len(self.models) == 1 else None
 
     def able(self, *tasks: str) -> list[ServedModel]:
         return [m for m in self.models if m.tasks & set(tasks)]
@@ -62,7 +75,7 @@ class ServedModels:
             raise ServiceUnavailable("the model is still loading; retry shortly", code="loading",
                                      headers={"Retry-After": "2"})
         if requested:
-            model = self.named(requested)
+            model = self.meant(requested)
             if model is None:
                 raise NotFound(f"model {requested!r} is not served here; this server serves "
                                f"{_listing(self.models)}", param="model", code="model_not_found")

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TypeVar
 
-from inferd.http.errors import BadRequest
+from inferd.http.errors import ContextSizeExceeded
 from inferd.models.tokenizer import Tokenizer
 
 T = TypeVar("T")
@@ -18,8 +18,8 @@ def check_fits(tokenizer: Tokenizer, text: str, context: int, param: str = "prom
     """Refuse `text` when even its fewest possible tokens exceed `context`."""
     fewest = tokenizer.fewest_tokens(text)
     if fewest > context:
-        raise BadRequest(f"the prompt is at least {fewest} tokens ({len(text)} characters), more than the model's "
-                         f"context of {context} tokens; shorten it", param=param, code="context_length_exceeded")
+        raise ContextSizeExceeded(f"the prompt is at least {fewest} tokens ({len(text)} characters), more than the "
+                                  f"model's context of {context} tokens; shorten it", fewest, context, param=param)
 
 
 async def off_loop(work: Callable[..., T], *args) -> T:

@@ -19,7 +19,7 @@ def tiny_server(tiny_model_dir, server_logs):
     """The tiny random-weight Gemma 3 model: --parallel 4 --ctx-size 256 --alias gpt-4o-mini, no API key."""
     server = ServerProcess(
         tiny_model_dir, port=0, parallel=TINY_PARALLEL, ctx_size=TINY_CTX, alias=[ALIAS],
-        log_path=server_logs / "tiny.log",
+        log_path=server_logs / "tiny.log", extra_args=["--strict-model-names"],  # unknown names are 404s here
     )
     server.start()
     yield server

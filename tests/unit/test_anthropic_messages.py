@@ -207,7 +207,13 @@ def test_schema_errors_and_unknown_models_use_the_anthropic_envelope(app):
     status, body = error_of(post(app, "/v1/messages", {**HI, "messages": []}))
     assert (status, body["type"], body["error"]["type"]) == (400, "error", "invalid_request_error")
     assert body["error"]["message"].startswith("messages:")
-    status, body = error_of(post(app, "/v1/messages", {**HI, "model": "claude-nope"}))
+    answer = post(app, "/v1/messages", {**HI, "model": "claude-nope"})  # one model served: it answers
+    assert (answer.status_code, answer.json()["model"]) == (200, "tiny")
+    app.state.inferd.served.strict = True  # --strict-model-names
+    try:
+        status, body = error_of(post(app, "/v1/messages", {**HI, "model": "claude-nope"}))
+    finally:
+        app.state.inferd.served.strict = False
     assert (status, body["type"], body["error"]["type"]) == (404, "error", "not_found_error")
     assert "'claude-nope' is not served here" in body["error"]["message"]
 

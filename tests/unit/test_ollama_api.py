@@ -177,6 +177,7 @@ def test_images_are_refused_with_a_clear_400(server):
 
 def test_an_unknown_model_is_a_404_naming_the_served_one(server):
     app = server.app
+    server.state.served.strict = True  # --strict-model-names; without it the one model served answers
     r = call(app, "POST", "/api/chat", chat_body(model="llama3"))
     assert (r.status_code, r.json()) == (404, {"error": 'model "llama3" not found; this server serves "tiny"'})
     r = call(app, "POST", "/api/show", {"model": "llama3"})

@@ -21,7 +21,7 @@ async def create_message(state: ServerState, req: MessagesRequest, raw: Request)
     chat_req = to_chat_request(req)
     chat = await submit_chat(state, chat_req, raw, id_prefix="msg")
     chat.request_id = message_id(chat.request_id)
-    model = req.model or state.model_name
+    model = state.reported_model(req.model)
     stops = req.stop_sequences or []
     if req.stream:
         return message_events(chat, model, stops)

@@ -52,7 +52,7 @@ async def run_completion(state: ServerState, req: GenerationFields, prompts: lis
     engine = state.require_engine()
     if req.ignored_fields():
         log.info("llama.cpp completion request: ignored fields %s", req.ignored_fields())
-    params = sampling_params(req, engine.tokenizer, state.config.default_max_tokens)
+    params = sampling_params(req, engine.tokenizer, state.config.default_max_tokens, state.sampling_defaults)
     priority = request_priority(raw)
     spec = req.grammar_spec()
     if spec is not None:  # a first-seen large schema can take a moment to compile

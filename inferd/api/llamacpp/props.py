@@ -11,7 +11,8 @@ from inferd.serving.state import ServerState
 def default_generation_settings(state: ServerState) -> dict:
     """What a /completion request that sets nothing runs with."""
     defaults = GenerationFields()
-    params = sampling_params(defaults, state.require_engine().tokenizer, state.config.default_max_tokens)
+    params = sampling_params(defaults, state.require_engine().tokenizer, state.config.default_max_tokens,
+                             state.sampling_defaults)
     return generation_settings(defaults, params)
 
 

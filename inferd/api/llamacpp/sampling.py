@@ -19,7 +19,9 @@ LLAMA_NAMES = {"max_tokens": "n_predict", "repetition_penalty": "repeat_penalty"
 _ENGINE_NAME = re.compile(r"\b(" + "|".join(LLAMA_NAMES) + r")\b")
 
 
-def sampling_params(req: GenerationFields, tokenizer: Tokenizer, default_max_tokens: int | None) -> SamplingParams:
+def sampling_params(req: GenerationFields, tokenizer: Tokenizer, default_max_tokens: int | None,
+                    defaults: dict | None = None) -> SamplingParams:
+    """`defaults`: the server's (--temp, --seed, ...), for the fields a request leaves unset."""
     n_predict = req.requested_n_predict()
     if n_predict == 0:
         raise BadRequest("n_predict 0 (evaluate the prompt only) is not supported; set n_predict to -1 or at least 1",
@@ -28,17 +30,24 @@ def sampling_params(req: GenerationFields, tokenizer: Tokenizer, default_max_tok
         max_tokens = default_max_tokens
     else:
         max_tokens = None if n_predict == -1 else n_predict
+    server = defaults or {}
+    given = req.model_fields_set
+
+    def value(field: str, engine_name: str):
+        return server[engine_name] if field not in given and engine_name in server else getattr(req, field)
+
+    seed = None if req.seed in (-1, RANDOM_SEED) else req.seed
     return SamplingParams(
         max_tokens=max_tokens,
-        temperature=max(req.temperature, 0.0),
-        top_k=max(req.top_k, 0),
-        top_p=req.top_p,
-        min_p=req.min_p,
-        repetition_penalty=req.repeat_penalty,
-        presence_penalty=req.presence_penalty,
-        frequency_penalty=req.frequency_penalty,
+        temperature=max(value("temperature", "temperature"), 0.0),
+        top_k=max(value("top_k", "top_k"), 0),
+        top_p=value("top_p", "top_p"),
+        min_p=value("min_p", "min_p"),
+        repetition_penalty=value("repeat_penalty", "repetition_penalty"),
+        presence_penalty=value("presence_penalty", "presence_penalty"),
+        frequency_penalty=value("frequency_penalty", "frequency_penalty"),
         logit_bias=logit_bias(req, tokenizer),
-        seed=None if req.seed in (-1, RANDOM_SEED) else req.seed,
+        seed=server.get("seed") if seed is None else seed,
         logprobs=req.n_probs or None,
         stop=req.stop_list(),
         ignore_eos=req.ignore_eos,

@@ -50,7 +50,7 @@ async def generate(state: ServerState, req: GenerationRequest, prompt: Prompt, r
     if spec is not None:  # a first-seen large schema can take a moment to compile
         await asyncio.to_thread(state.grammar.validate, spec)
     limit = max_tokens(req.options, state.config.default_max_tokens, len(prompt.ids), engine.engine.max_model_len)
-    params = sampling_params(req.options, limit, prompt.stop)
+    params = sampling_params(req.options, limit, prompt.stop, state.sampling_defaults)
     params.thinking_budget = state.config.reasoning_budget
     markers = state.think_markers
     started = markers is not None and prompt_opens_thinking(prompt.text, markers)

@@ -39,10 +39,12 @@ def max_tokens(options: Options, default: int | None, prompt_len: int, server_ct
     return limit
 
 
-def sampling_params(options: Options, limit: int | None, stop: list[str]) -> SamplingParams:
-    p = SamplingParams(max_tokens=limit, seed=options.seed, stop=list(options.stop or []))
+def sampling_params(options: Options, limit: int | None, stop: list[str], defaults: dict | None = None) -> SamplingParams:
+    """`defaults`: the server's (--temp, --seed, ...), for the options a request leaves unset."""
+    seed = options.seed if options.seed is not None else (defaults or {}).get("seed")
+    p = SamplingParams(max_tokens=limit, seed=seed, stop=list(options.stop or []))
     p.stop += [s for s in stop if s not in p.stop]
-    return fill_defaults(p, **{name: getattr(options, option) for option, name in _RENAMED.items()})
+    return fill_defaults(p, defaults, **{name: getattr(options, option) for option, name in _RENAMED.items()})
 
 
 def output_grammar(fmt: Format) -> GrammarSpec | None:

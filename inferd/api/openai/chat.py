@@ -26,7 +26,7 @@ async def create_chat_completion(state: ServerState, req: ChatCompletionRequest,
     choices = await chat.generation.collect(raw)
     return ChatCompletionResponse(
         id=chat.request_id,
-        model=req.model or state.model_name,
+        model=state.reported_model(req.model),
         choices=[_choice(c, chat.outputs[c.index], state.engine.tokenizer, req, chat.top_logprobs) for c in choices],
         usage=_usage([c.final for c in choices]),
     )
@@ -66,7 +66,7 @@ async def _stream(state: ServerState, req: ChatCompletionRequest, chat: Submitte
     request_id, outputs, top = chat.request_id, chat.outputs, chat.top_logprobs
     tokenizer = state.engine.tokenizer
     created = int(time.time())
-    model = req.model or state.model_name
+    model = state.reported_model(req.model)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
     def chunk(choices, usage=None) -> str:

@@ -41,7 +41,8 @@ async def create_completion(state: ServerState, req: CompletionRequest, raw: Req
     for ids_one in prompt_ids:
         for j in range(req.n):
             ids.append(ids_one)
-            params.append(sampling_params(req, max_tokens, req.logprobs, seed_offset=j))
+            params.append(sampling_params(req, max_tokens, req.logprobs, seed_offset=j,
+                                          defaults=state.sampling_defaults))
     await admit(req.model or state.model_name, ids, params, context)
     request_id = new_id("cmpl")
     submission = Submission(request_id, request_priority(raw), req.cache_prompt, req.cache_salt)
@@ -53,7 +54,7 @@ async def create_completion(state: ServerState, req: CompletionRequest, raw: Req
     finals = [c.final for c in choices]
     return CompletionResponse(
         id=request_id,
-        model=req.model or state.model_name,
+        model=state.reported_model(req.model),
         choices=[
             CompletionChoice(
                 index=c.index,
@@ -81,7 +82,7 @@ async def _stream(state: ServerState, req: CompletionRequest, request_id: str, g
                   echo: list[str]) -> AsyncIterator[str]:
     tokenizer = state.engine.tokenizer
     created = int(time.time())
-    model = req.model or state.model_name
+    model = state.reported_model(req.model)
     offsets = [len(e) for e in echo]
     finals = [None] * len(generation)
 

@@ -40,10 +40,9 @@ async def models(state: ServerState = Depends(get_state)):
     engine = state.engine if state.ready else state.require_engine()
     created = int(state.started)
     chat = [] if engine is None else [
-        ModelCard(id=name, created=created, max_model_len=engine.engine.max_model_len) for name in state.served_names]
-    pooled = [ModelCard(id=name, created=created, max_model_len=m.pooled.max_tokens)  # embedding and rerank models
-              for m in state.served.models if m.pooled is not None for name in m.names if name not in
-              (ch.id for ch in chat)]
+        ModelCard(id=state.model_name, created=created, max_model_len=engine.engine.max_model_len)]  # aliases answer, unlisted
+    pooled = [ModelCard(id=m.name, created=created, max_model_len=m.pooled.max_tokens)  # embedding and rerank models
+              for m in state.served.models if m.pooled is not None and m.name not in {ch.id for ch in chat}]
     return await list_models(state, chat + pooled)
 
 
