@@ -89,19 +89,42 @@ def paged_attention(
             out[rows] = _decode_attention(q[rows], k_cache, v_cache, view, scale)
     for span in meta.prefills:
         view = span.sliding if sliding and span.sliding is not None else span.full
-        qs = q[span.start : span.end].transpose(0, 1)  # [H, n, D]
+        qs, mask = q[span.start : span.end], view.mask
         if span.cold:
             ks, vs = k[span.start : span.end], v[span.start : span.end]
         else:
             ks, vs = k_cache.index_select(0, view.slots), v_cache.index_select(0, view.slots)
+        if q.device.type == "cpu":
+            qs, ks, vs, mask = _pad_lengths(qs, ks, vs, mask)
         # With a batch dimension (4-D inputs) torch takes its fused CPU kernel; 3-D inputs
         # fall back to the unfused math path, ~5x slower for a 1,024-token chunk.
         o = F.scaled_dot_product_attention(
-            qs[None], ks.transpose(0, 1)[None], vs.transpose(0, 1)[None],
-            attn_mask=view.mask, is_causal=view.mask is None, scale=scale, enable_gqa=gqa,
+            qs.transpose(0, 1)[None], ks.transpose(0, 1)[None], vs.transpose(0, 1)[None],
+            attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=gqa,
         )
-        out[span.start : span.end] = o[0].transpose(0, 1)
+        out[span.start : span.end] = o[0, :, : span.end - span.start].transpose(0, 1)
     return out
+
+
+# torch's fused CPU attention compiles kernels for the tail of each query and key
+# length it meets and keeps them for the life of the process (~0.4 MB a length):
+# lengths padded to a multiple of this keep that set small.
+LENGTH_GRANULE = 32
+
+
+def _pad_lengths(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None):
+    """Pads queries and keys ([n, H, D], [L, Hkv, D]) to multiples of LENGTH_GRANULE.
+    Padded keys are never seen by a real query (the causal mask, or a False column);
+    padded queries see every key, so their rows, which are dropped, are finite."""
+    q_pad, kv_pad = -q.shape[0] % LENGTH_GRANULE, -k.shape[0] % LENGTH_GRANULE
+    if not q_pad and not kv_pad:
+        return q, k, v, mask
+    if mask is None and q.shape[0] != k.shape[0]:
+        raise ValueError("a causal span without a mask attends to exactly its own keys")
+    if mask is not None:
+        mask = F.pad(F.pad(mask, (0, kv_pad), value=False), (0, 0, 0, q_pad), value=True)
+    rows = (0, 0, 0, 0)
+    return F.pad(q, (*rows, 0, q_pad)), F.pad(k, (*rows, 0, kv_pad)), F.pad(v, (*rows, 0, kv_pad)), mask
 
 
 def _decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, view: ContextView,

@@ -1,10 +1,13 @@
 """Keep a serving process's memory flat under a changing load.
 
-- oneDNN compiles a primitive for each matmul shape and keeps 1024 of them.
-  Every new prefill length is a new shape, so a server's memory grew for
-  thousands of requests (~70 MB within minutes of a mixed load). Sixteen
-  hold a decode step's shapes (one per projection and the head); prefill
-  shapes come and go.
+- oneDNN compiles a primitive for each matmul shape and keeps 1024 of them,
+  and torch's own cache of them (ideep's, for packed bf16 weights) keeps
+  another 1024, ~0.3 MB each. Every new prefill length is a new shape, so a
+  server's memory grew for thousands of requests (~70 MB within minutes of a
+  mixed load). The caps below hold a decode step's shapes at every batch
+  size (one per projection and the head); prefill shapes come and go.
+  (torch's fused attention keeps kernels per length with no cap at all:
+  `arch/attention.py` pads the lengths it sees instead.)
 - glibc raises its mmap threshold to the largest block freed so far; after
   that, large temporaries (a prefill's activations) come from the heap and
   fragment it. A fixed threshold maps them, and unmaps them when freed.
@@ -16,6 +19,7 @@ import ctypes
 import os
 
 ONEDNN_PRIMITIVE_CACHE = 16
+PACKED_MATMUL_CACHE = 128
 MMAP_THRESHOLD_BYTES = 128 * 1024
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 
@@ -23,6 +27,7 @@ _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 def bound_process_memory() -> None:
     """Call before the first matmul: oneDNN reads its setting once."""
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_PRIMITIVE_CACHE))
+    os.environ.setdefault("LRU_CACHE_CAPACITY", str(PACKED_MATMUL_CACHE))
     try:
         ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
     except (OSError, AttributeError):  # not glibc
