@@ -61,6 +61,7 @@ def p50_ms(fn, repeats: int) -> float:
 
 
 def rate(fn, count: int) -> float:
+    fn()  # warm: the first batches of a shape build their kernels
     start = time.perf_counter()
     fn()
     return count / (time.perf_counter() - start)

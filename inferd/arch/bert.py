@@ -101,6 +101,8 @@ class EncoderLayer(nn.Module):
         t, hidden = x.shape
         qkv = self.qkv(x)
         out = torch.empty_like(x)
+        real = sum(batch.lengths)
+        out[real:] = 0  # rows past the sequences (padding to a recurring size) attend nothing
         for start, count, length in batch.groups:
             rows = slice(start, start + count * length)
             q, k, v = qkv[rows].view(count, length, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)

@@ -22,12 +22,12 @@ WORDS = ("the quick brown fox jumps over lazy dog cat sat on mat inference serve
 
 
 def sentences(n: int = 200, seed: int = 20) -> list[str]:
-    """Deterministic and varied: 1 to 30 words, mixed case, punctuation, digits,
-    accents, CJK and emoji; every fiftieth one past the 256-token limit."""
+    """Deterministic and varied: 1 to 24 words, mixed case, punctuation, digits,
+    accents, CJK and emoji; every hundredth one past the 256-token limit."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
-        count = 300 if i % 50 == 49 else rng.randint(1, 30)
+        count = 300 if i % 100 == 99 else rng.randint(1, 24)
         words = [rng.choice(WORDS) for _ in range(count)]
         words = [w.upper() if rng.random() < 0.1 else w.capitalize() if rng.random() < 0.2 else w for w in words]
         out.append(" ".join(words) + rng.choice(("", ".", "?", "!", " ...")))

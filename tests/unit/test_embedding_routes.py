@@ -184,3 +184,26 @@ def test_rerank_by_an_embedding_model_uses_cosine_and_says_so(app):
     assert [r["index"] for r in body["results"]] == [1, 4, 2, 3, 0]
     assert body["results"][0]["relevance_score"] == pytest.approx(0.856, abs=1e-3)
     assert body["usage"]["prompt_tokens"] == tokens(QUERY, *DOCUMENTS)
+
+
+def test_pooling_none_answers_per_token_vectors_at_embedding_only(tmp_path):
+    state = new_state(small_config(model=MINILM, pooling="none", embedding_dtype="float32"), MINILM)
+    load_encoder_model(state, MINILM, main=True)
+    state.served.loaded = True
+    app = build_app(state)
+    try:
+        native = post(app, "/embedding", {"content": "hello world"})
+        assert native.status_code == 200
+        assert np.array(native.json()[0]["embedding"]).shape == (4, 384)  # [CLS] hello world [SEP]
+        r = post(app, "/v1/embeddings", {"input": "hello world"})
+        assert r.status_code == 400
+        assert r.json()["error"]["message"].startswith(f"model '{MINILM}' is served with --pooling none")
+        health = asyncio.run(_get(app, "/health"))
+        assert health.json()["status"] == "ok"
+    finally:
+        state.served.close()
+
+
+async def _get(app, path):
+    async with client(app) as c:
+        return await c.get(path)

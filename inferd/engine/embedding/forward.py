@@ -28,11 +28,13 @@ class EncoderForward:
         order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]))
         items = [inputs[i] for i in order]
         lengths = [len(item) for item in items]
-        ids = torch.tensor([t for item in items for t in item.ids], dtype=torch.int64, device=self.device)
-        positions = torch.cat([torch.arange(n) for n in lengths]).to(self.device)
-        types = [t for item in items for t in (item.type_ids or [0] * len(item))]
+        pad = padded_rows(sum(lengths)) - sum(lengths)
+        ids = torch.tensor([t for item in items for t in item.ids] + [0] * pad, dtype=torch.int64, device=self.device)
+        positions = torch.cat([torch.arange(n) for n in lengths] + [torch.zeros(pad, dtype=torch.int64)]).to(self.device)
+        types = [t for item in items for t in (item.type_ids or [0] * len(item))] + [0] * pad
         batch = EncoderBatch.of(lengths)
         hidden = self.model(ids, positions, torch.tensor(types, dtype=torch.int64, device=self.device), batch)
+        hidden = hidden[: sum(lengths)]
         if self.scores:
             results = relevance(self.model.classify(hidden, batch))
         else:
@@ -81,6 +83,14 @@ class DecoderForward:
             sliding = ContextView(slots=None, mask=windowed.to(self.device))
         return PrefillSpan(start=start, end=start + n, cold=True, full=ContextView(slots=None, mask=None),
                            sliding=sliding)
+
+
+def padded_rows(rows: int) -> int:
+    """The rows a batch of `rows` tokens is computed as: a few sizes recur, so
+    the matmuls' compiled kernels (oneDNN primitives, ~2 ms each to make for a
+    new shape) are reused; the extra rows belong to no sequence."""
+    step = 16 if rows <= 256 else 64 if rows <= 1024 else 256
+    return -(-rows // step) * step
 
 
 def relevance(logits: torch.Tensor) -> list[float]:
