@@ -201,7 +201,6 @@ def run_serve(config: ServeConfig) -> int:
             await server.before_drain()  # already done on SIGTERM; here for any other way out
         if state.engine is not None:
             state.engine.shutdown()
-        state.served.close()
         state.audio.shutdown()  # audio jobs still queued are dropped; a running one ends with its request
         state.served.close()
         await asyncio.to_thread(state.tenants.close)  # usage and last-used times not yet written

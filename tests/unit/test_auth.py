@@ -85,7 +85,7 @@ def test_a_key_under_another_scheme_counts_as_none(server):
 def test_a_valid_key_in_either_header_is_let_through(server, headers):
     models = send(server, "GET", "/v1/models", headers=headers)
     assert models.status_code == 200
-    assert [m["id"] for m in models.json()["data"]] == ["tiny"]
+    assert "tiny" in [m["id"] for m in models.json()["data"]]  # beside any stored models
     chat = send(server, "POST", "/v1/chat/completions", json=CHAT, headers=headers)
     assert chat.status_code == 200
     assert chat.json()["object"] == "chat.completion"
