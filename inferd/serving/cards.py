@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from inferd.serving.generation import Generation
 
-OUTPUT_TAIL = 64 * 1024  # characters of output a card keeps
+OUTPUT_TAIL = 64 * 1024  # bytes of output a card shows (it keeps as many characters: never fewer bytes)
 FINISHED_KEPT = 256
 ENDED = ("done", "cancelled", "interrupted", "disconnected", "failed")
 
@@ -62,7 +62,7 @@ class RequestCard:
             "duration": round(now - self.started, 6), "error": self.error,
         }
         if output:
-            body["output"] = self.output
+            body["output"] = self.output.encode()[-OUTPUT_TAIL:].decode(errors="ignore")
         return body
 
 

@@ -276,3 +276,14 @@ def test_a_restart_does_not_renew_a_daily_allowance(tmp_path):
 
     run(after_restart())
     tenants.close()
+
+
+def test_a_card_shows_the_last_64_kib_of_output_in_bytes():
+    from inferd.serving.cards import OUTPUT_TAIL, RequestCard
+
+    card = RequestCard("r", "t", None, "m", "/v1/chat/completions")
+    card.add_output("a" * 10 + "é" * 40_000)
+    card.add_output("z" * 10)
+    shown = card.public(output=True)["output"]
+    assert card.state == "running" and shown.endswith("é" * 100 + "z" * 10)
+    assert OUTPUT_TAIL - 1 <= len(shown.encode()) <= OUTPUT_TAIL
