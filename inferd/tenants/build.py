@@ -4,6 +4,7 @@ bootstrap keys beside it, counters in memory or Redis."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from inferd.tenants.ledger import Ledger
 from inferd.tenants.limiter import Limiter
 from inferd.tenants.metrics import KeyMetrics
 from inferd.tenants.store import KeyStore
+
+log = logging.getLogger("inferd.tenants")
 
 ISOLATE_CACHE = ("none", "per-key")
 
@@ -25,4 +28,7 @@ def open_tenants(data_dir: str | Path | None, bootstrap: Iterable[str] = (), *, 
     limiter = Limiter(storage)
     ring = KeyRing(KeyStore.in_dir(data_dir) if data_dir is not None else None, bootstrap)
     ledger = Ledger(ring, KeyMetrics(registry) if registry is not None else None)
+    stored = len(ring.stored())
+    if stored:  # said out loud: keys in a data dir turn auth on even without --api-key
+        log.info("%d API keys in %s: every request but health needs one", stored, ring.store.path)
     return Tenants(ring, limiter, ledger, isolate_cache=isolate_cache == "per-key")
