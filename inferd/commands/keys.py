@@ -26,7 +26,8 @@ ACTIONS = ("add", "list", "rm", "rotate", "usage")
 
 
 def add_keys_command(sub) -> None:
-    keys = sub.add_parser("keys", help="manage API keys: add, list, rm, rotate, usage (on a server with --url, or a data dir)")
+    keys = sub.add_parser("keys", help="manage API keys: add, list, rm, rotate, usage "
+                                       "(on a server with --url, or a data dir)")
     actions = keys.add_subparsers(dest="keys_action", required=True)
     for action in ACTIONS:
         p = actions.add_parser(action, help={
@@ -42,7 +43,8 @@ def add_keys_command(sub) -> None:
         if action in ("add", "rm", "rotate"):
             p.add_argument("name", help="the key's name: A-Z a-z 0-9 . _ -")
         if action == "add":
-            p.add_argument("--scope", action="append", default=[], help="a model the key may use (repeatable; none: all)")
+            p.add_argument("--scope", action="append", default=[],
+                           help="a model the key may use (repeatable; none: all)")
             p.add_argument("--admin", action="store_true", help="the key may manage keys and see all usage")
             for limit, what in (("rpm", "requests per minute"), ("tpm", "tokens per minute"),
                                 ("daily-tokens", "tokens per UTC day"), ("max-concurrent", "requests in flight")):

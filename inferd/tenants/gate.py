@@ -1,14 +1,13 @@
 """One request's way past the tenants: `identify` the key it presents (401),
-admit it (403, 429), and `settle` when
-it ends (the reservation becomes what was used, the lease is given back, the
-ledger gets a row).
+admit it (403, 429), and `settle` when it ends (the reservation becomes what
+was used, the lease is given back, the ledger gets a row).
 
 Admission is two steps: `enter` at the door of a generating route (lease,
 rpm; before the body is read) and `admit` where model and prompt are known
-(scope, tokens). A `Ticket` is what a request carries between these steps. Whatever produces
-output adds a meter to it (a callable giving prompt, completion and cached
-tokens so far), so settling reads the counts however the request ended:
-finished, stopped, cancelled or left by its client."""
+(scope, tokens). A `Ticket` is what a request carries between these steps.
+Whatever produces output adds a meter to it (a callable giving prompt,
+completion and cached tokens so far), so settling reads the counts however
+the request ended: finished, stopped, cancelled or left by its client."""
 
 from __future__ import annotations
 

@@ -114,8 +114,10 @@ def changes_from(body: Mapping, *, creating: bool) -> dict:
         scopes = flat["scopes"]
         if scopes is None:
             scopes = []
-        if not isinstance(scopes, list) or not all(isinstance(s, str) and s for s in scopes) or len(scopes) > MAX_SCOPES:
-            raise InvalidField("scopes", f"must be a list of model names (at most {MAX_SCOPES}); empty allows every model")
+        named = isinstance(scopes, list) and all(isinstance(s, str) and s for s in scopes)
+        if not named or len(scopes) > MAX_SCOPES:
+            raise InvalidField("scopes", f"must be a list of model names (at most {MAX_SCOPES}); "
+                                         "empty allows every model")
         out["scopes"] = tuple(dict.fromkeys(scopes))
     for flag in ("admin", "disabled"):
         if flag in flat:
