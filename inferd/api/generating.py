@@ -8,7 +8,8 @@ from functools import cache
 
 from inferd.api.registry import endpoints
 
-_READ_ONLY = ("count_tokens", "input_tokens", "tokenize", "detokenize", "apply-template", "/api/show", "{")
+_READ_ONLY = ("count_tokens", "input_tokens", "tokenize", "detokenize", "apply-template", "/api/show", "{",
+              "/v1/files", "batches")  # a batch's items are admitted one by one as they run
 
 
 @cache

@@ -30,9 +30,10 @@ from inferd.kernels import isa
 from inferd.models.loader import load_model
 from inferd.server.app import build_app
 from inferd.models.default_embedding import resolve_with_bundled
-from inferd.server.assemble import attach_model, new_state
+from inferd.server.assemble import attach_jobs, attach_model, new_state, start_jobs
 from inferd.server.pooled_models import check_embedding_options, load_encoder_model
 from inferd.serving.state import ServerState
+from inferd.jobs.store import JobStoreError
 from inferd.store.responses import ResponseStore, StoreError, default_data_dir
 from inferd.tenants.store import TenantStoreError
 
@@ -158,6 +159,10 @@ def run_serve(config: ServeConfig) -> int:
     if not state.tenants.enabled and not is_loopback(config.host):
         log.warning("listening on %s without an API key: anyone who can reach it can use it (set --api-key)", config.host)
     app = build_app(state)
+    try:
+        jobs = attach_jobs(app, state, config.data_dir or default_data_dir())
+    except JobStoreError as error:
+        raise SystemExit(f"inferd: {error}") from None
     unix = config.host.endswith(".sock")
     server = _Server(state, uvicorn.Config(
         app,
@@ -195,7 +200,9 @@ def run_serve(config: ServeConfig) -> int:
                 loop.call_soon_threadsafe(reg.start)
 
         threading.Thread(target=load_engine, args=(state, on_ready), name="inferd-load", daemon=True).start()
+        start_jobs(app, state)  # unfinished jobs resume; items wait (retried) while the model loads
         await serving
+        await jobs.runner.stop()  # items still running stay pending for the next start
         state.draining = True
         if server.before_drain is not None:
             await server.before_drain()  # already done on SIGTERM; here for any other way out
@@ -204,6 +211,7 @@ def run_serve(config: ServeConfig) -> int:
         state.audio.shutdown()  # audio jobs still queued are dropped; a running one ends with its request
         state.served.close()
         await asyncio.to_thread(state.tenants.close)  # usage and last-used times not yet written
+        jobs.close()
 
     asyncio.run(main())
     return 1 if state.load_failed or not server.started else 0

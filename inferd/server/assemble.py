@@ -3,13 +3,21 @@ the state first (the socket can open while weights load), then the model."""
 
 from __future__ import annotations
 
+from fastapi import FastAPI
+
+from inferd.api.anthropic import batches as message_batches
+from inferd.api.openai import batches
+from inferd.api.responses import background
 from inferd.audio.service import AudioService
 from inferd.chat.reasoning import think_token_ids
 from inferd.chat.template import chat_template_for
 from inferd.config import ServeConfig
 from inferd.engine.async_engine import AsyncEngine
 from inferd.engine.engine import Engine
+from inferd.jobs.plane import JobPlane
+from inferd.jobs.runner import JobRunner
 from inferd.models.loader import LoadedModel
+from inferd.server.job_dispatch import InProcessDispatch
 from inferd.server.pooled_models import serve_chat_model
 from inferd.serving.chat_features import attach_chat_features
 from inferd.serving.metrics import server_metrics
@@ -41,3 +49,23 @@ def attach_model(state: ServerState, loaded: LoadedModel) -> None:
     state.engine = AsyncEngine(Engine(loaded, state.config, think_ids=think_token_ids(loaded.tokenizer)))
     serve_chat_model(state, loaded)
     state.served.loaded = True
+
+
+def attach_jobs(app: FastAPI, state: ServerState, data_dir) -> JobPlane:
+    """Files, batches and background responses kept in `data_dir` (raises JobStoreError when it cannot be opened);
+    they run once `start_jobs` is called."""
+    plane = JobPlane.in_dir(data_dir, state.config.max_file_size)
+    app.state.jobs = plane
+    return plane
+
+
+def start_jobs(app: FastAPI, state: ServerState) -> JobRunner:
+    """Runs the jobs (those a previous process left unfinished first); call on the server's event loop."""
+    plane: JobPlane = app.state.jobs
+    kinds = {"batch": batches.job_kind(plane), "message_batch": message_batches.job_kind()}
+    if state.responses_store is not None:
+        kinds["response"] = background.job_kind(state.responses_store)
+    concurrency = state.config.batch_concurrency or 2 * state.config.parallel
+    plane.runner = JobRunner(plane.store, InProcessDispatch(app, state), kinds, concurrency)
+    plane.runner.start()
+    return plane.runner

@@ -35,6 +35,11 @@ DIALECT = Dialect(
     endpoints=(
         *(Endpoint(p, routing_text=messages_text, prompt_ids=messages_prompt_ids) for p in PATHS),
         *(Endpoint(f"{p}/count_tokens") for p in PATHS),
+        # Message batches are kept by the worker that took them.
+        Endpoint("/v1/messages/batches", methods=("GET", "POST"), stores_response=True),
+        Endpoint("/v1/messages/batches/{batch_id}", methods=("GET", "DELETE")),
+        Endpoint("/v1/messages/batches/{batch_id}/cancel"),
+        Endpoint("/v1/messages/batches/{batch_id}/results", methods=("GET",)),
     ),
     error_response=respond,
     stream_error=error_event,

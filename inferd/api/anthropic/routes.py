@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 
+from inferd.api.anthropic import batches
 from inferd.api.anthropic.errors import AnthropicRoute
 from inferd.api.anthropic.messages import count_tokens, create_message
 from inferd.api.anthropic.protocol import CountTokensRequest, CountTokensResponse, MessagesRequest, MessagesResponse
 from inferd.serving.state import ServerState, get_state
 
 router = APIRouter(route_class=AnthropicRoute)
+router.include_router(batches.router)  # message batches, kept by the job plane (`inferd.jobs`)
 
 _STREAM = {200: {"content": {"text/event-stream": {}}, "description": "JSON, or server-sent events when stream is true"}}
 

@@ -31,14 +31,30 @@ def embedding_text(body: Mapping) -> str:
     return prompt_text(body.get("input"))
 
 
+# Files, batches and jobs are kept by the worker that took them (the router must send their reads there).
+JOB_ENDPOINTS = (
+    Endpoint("/v1/files", methods=("GET", "POST"), upload_limit="max_file_size", stores_response=True),
+    Endpoint("/v1/files/{file_id}", methods=("GET", "DELETE")),
+    Endpoint("/v1/files/{file_id}/content", methods=("GET",)),
+    Endpoint("/v1/batches", methods=("GET", "POST"), stores_response=True),
+    Endpoint("/v1/batches/{batch_id}", methods=("GET",)),
+    Endpoint("/v1/batches/{batch_id}/cancel"),
+    Endpoint("/v1/jobs", methods=("GET",)),
+    Endpoint("/v1/jobs/{job_id}", methods=("GET",)),
+    Endpoint("/v1/jobs/{job_id}/cancel"),
+    Endpoint("/v1/jobs/{job_id}/events", methods=("GET",)),
+)
+
 DIALECT = Dialect(
     name="openai",
     routes="inferd.api.openai.routes",
-    path_prefixes=(*both("/chat/completions"), *both("/completions"), *both("/models"), "/v1/embeddings"),
+    path_prefixes=(*both("/chat/completions"), *both("/completions"), *both("/models"), "/v1/embeddings",
+                   "/v1/files", "/v1/batches", "/v1/jobs"),
     endpoints=(
         *(Endpoint(p, routing_text=chat_messages_text, prompt_ids=chat_prompt_ids) for p in both("/chat/completions")),
         *(Endpoint(p, routing_text=completion_text, prompt_ids=completion_prompt_ids, token_prompt=True)
           for p in both("/completions")),
         Endpoint("/v1/embeddings", routing_text=embedding_text),
+        *JOB_ENDPOINTS,
     ),
 )

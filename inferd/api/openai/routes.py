@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 
+from inferd.api.openai import batches, files, jobs
 from inferd.api.openai.chat import create_chat_completion
 from inferd.api.openai.completions import create_completion
 from inferd.api.openai.models import find_model, list_models
@@ -13,6 +14,8 @@ from inferd.serving.chat_request import ChatCompletionRequest
 from inferd.serving.state import ServerState, get_state
 
 router = APIRouter()
+for _jobs_router in (files.router, batches.router, jobs.router):  # work kept by the job plane (`inferd.jobs`)
+    router.include_router(_jobs_router)
 
 _STREAM = {200: {"content": {"text/event-stream": {}}, "description": "JSON, or server-sent events when stream is true"}}
 

@@ -8,10 +8,11 @@ import time
 
 from fastapi import Request
 
-from inferd.api.responses import stored
+from inferd.api.responses import background, stored
 from inferd.api.responses.convert import input_messages, is_incomplete, output_items, to_chat_request, usage
-from inferd.api.responses.protocol import InputTokensResponse, ResponseObject, ResponsesRequest
+from inferd.api.responses.protocol import InputTokensResponse, ResponseObject, ResponsesRequest, new_item_id
 from inferd.api.responses.stream import response_events
+from inferd.jobs.runner import RESPONSE_ID
 from inferd.serving.chat import submit_chat
 from inferd.serving.chat_prompt import submitted_prompt_ids
 from inferd.serving.state import ServerState
@@ -40,10 +41,17 @@ def response_object(req: ResponsesRequest, id: str, created_at: int, model: str,
 
 
 async def create_response(state: ServerState, req: ResponsesRequest, raw: Request):
+    if req.background:
+        background.check(req)
+        state.check_model(req.model)
+        response_id = new_item_id("resp")
+        queued = response_object(req, response_id, int(time.time()), req.model or state.model_name, "queued", [])
+        return await background.queue(state, req, raw, response_id, queued.model_dump())
     conversation = await stored.chain_messages(state, req.previous_response_id) + input_messages(req)
     chat = await submit_chat(state, to_chat_request(req, conversation), raw, id_prefix="resp")
-    response_id = "resp_" + chat.request_id.partition("-")[2]
-    model = req.model or state.model_name
+    # A background response runs under the id it was queued with (`api/responses/background.py`).
+    response_id = raw.scope.get(RESPONSE_ID) or "resp_" + chat.request_id.partition("-")[2]
+    model = state.reported_model(req.model)
     created_at = int(time.time())  # one creation time for every event of a stream
     request = req.model_dump(by_alias=True, exclude_none=True)
 

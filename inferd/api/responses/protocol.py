@@ -98,6 +98,7 @@ class ResponsesRequest(WireModel):
     reasoning: ReasoningConfig | None = None
     stream: bool = False
     store: bool = True
+    background: bool = False  # run later, without the connection: answered at once as "queued"
     previous_response_id: str | None = None
     parallel_tool_calls: bool | None = None
     metadata: dict[str, Any] | None = None
@@ -133,7 +134,7 @@ class ResponseObject(BaseModel):
     id: str
     object: Literal["response"] = "response"
     created_at: int = Field(default_factory=lambda: int(time.time()))
-    status: Literal["in_progress", "completed", "incomplete", "failed", "cancelled"]
+    status: Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
     error: dict[str, Any] | None = None
     incomplete_details: IncompleteDetails | None = None
     instructions: str | None = None

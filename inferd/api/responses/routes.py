@@ -40,5 +40,5 @@ async def delete_response(response_id: str, state: ServerState = Depends(get_sta
 
 @router.post("/v1/responses/{response_id}/cancel", response_model=ResponseObject)
 @router.post("/responses/{response_id}/cancel", response_model=ResponseObject, include_in_schema=False)
-async def cancel_response(response_id: str, state: ServerState = Depends(get_state)):
-    return await stored.cancel(state, response_id)
+async def cancel_response(response_id: str, raw: Request, state: ServerState = Depends(get_state)):
+    return await stored.cancel(state, response_id, getattr(raw.app.state, "jobs", None))

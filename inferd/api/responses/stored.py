@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from inferd.api.responses import background
 from inferd.api.responses.convert import output_messages
 from inferd.api.responses.protocol import DeletedResponse
 from inferd.http.errors import APIError, NotFound
+from inferd.jobs.plane import JobPlane
 from inferd.serving.state import ServerState
 from inferd.store.responses import StoredResponse, UnreadableResponse
 
@@ -71,7 +73,10 @@ async def delete(state: ServerState, id: str) -> DeletedResponse:
     return DeletedResponse(id=id)
 
 
-async def cancel(state: ServerState, id: str) -> dict:
-    # Responses run to completion within their request, so a stored one has
-    # always finished: cancelling it leaves it as it is, as OpenAI does.
+async def cancel(state: ServerState, id: str, plane: JobPlane | None = None) -> dict:
+    # A background response still queued or running is stopped (its engine
+    # request aborted) and stored as cancelled. Any other has finished within
+    # its request: cancelling it leaves it as it is, as OpenAI does.
+    if plane is not None and plane.runner is not None:
+        await background.cancel(plane, id)
     return await retrieve(state, id)

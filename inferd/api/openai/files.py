@@ -1,0 +1,82 @@
+"""OpenAI's Files API: upload (multipart, up to --max-file-size), list,
+retrieve, download and delete. Batch inputs are uploaded here and batch
+outputs are read from here. A key sees only its own files."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Literal
+
+from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
+from fastapi.responses import Response
+
+from inferd.api.job_access import get_plane, owner, page_limit
+from inferd.http.errors import BadRequest, NotFound, PayloadTooLarge
+from inferd.jobs.files import FileTooLarge
+from inferd.jobs.plane import JobPlane
+from inferd.jobs.store import FileRecord
+
+router = APIRouter()
+
+UPLOADABLE = ("batch", "user_data")
+
+
+def safe_name(filename: str | None) -> str:
+    """The upload's own name, without folders, quotes or control characters (it goes into a header)."""
+    name = "".join(c for c in (filename or "").replace("\\", "/").rsplit("/", 1)[-1] if c.isprintable() and c != '"')
+    return name[:255] or "upload"
+
+
+def file_object(record: FileRecord) -> dict:
+    return {"id": record.id, "object": "file", "bytes": record.bytes, "created_at": int(record.created_at),
+            "filename": record.filename, "purpose": record.purpose, "status": "processed", "expires_at": None,
+            "status_details": None, "sha256": record.sha256}
+
+
+def find_file(plane: JobPlane, id: str, param: str | None = None) -> FileRecord:
+    record = plane.store.file(id, owner())
+    if record is None:
+        raise NotFound(f"No such File object: {id}", param=param, code="file_not_found")
+    return record
+
+
+@router.post("/v1/files")
+async def upload_file(file: UploadFile = File(...), purpose: str = Form(...), plane: JobPlane = Depends(get_plane)):
+    if purpose not in UPLOADABLE:
+        raise BadRequest(f"purpose must be one of {', '.join(UPLOADABLE)}, got {purpose!r}", param="purpose")
+    name = safe_name(file.filename)
+    try:
+        record = await asyncio.to_thread(plane.files.save, file.file, owner(), purpose, name, plane.max_file_size)
+    except FileTooLarge as error:
+        raise PayloadTooLarge(f"upload exceeds {error.limit} bytes (--max-file-size)") from None
+    return file_object(record)
+
+
+@router.get("/v1/files")
+async def list_files(purpose: str | None = None, limit: int | None = Query(None), after: str | None = None,
+                     order: Literal["asc", "desc"] = "desc", plane: JobPlane = Depends(get_plane)):
+    limit = page_limit(limit, default=10000, most=10000)
+    records = await asyncio.to_thread(plane.store.files, owner(), purpose, after, limit + 1, order == "desc")
+    data = [file_object(r) for r in records[:limit]]
+    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None, "has_more": len(records) > limit}
+
+
+@router.get("/v1/files/{file_id}")
+async def retrieve_file(file_id: str, plane: JobPlane = Depends(get_plane)):
+    return file_object(find_file(plane, file_id))
+
+
+@router.get("/v1/files/{file_id}/content")
+async def file_content(file_id: str, plane: JobPlane = Depends(get_plane)):
+    record = find_file(plane, file_id)
+    data = await asyncio.to_thread(plane.files.read, record.id)
+    return Response(data, media_type="application/octet-stream",
+                    headers={"Content-Disposition": f'attachment; filename="{record.filename}"'})
+
+
+@router.delete("/v1/files/{file_id}")
+async def delete_file(file_id: str, plane: JobPlane = Depends(get_plane)):
+    record = find_file(plane, file_id)
+    await asyncio.to_thread(plane.files.delete, record.id)
+    return {"id": record.id, "object": "file", "deleted": True}
