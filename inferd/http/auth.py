@@ -113,9 +113,11 @@ class ApiKeyAuth:
             ticket = ctx.ticket
             if ticket is not None and ticket.admitted:
                 await tenants.settle(ticket, status)
-                prompt, completion, cached = ticket.usage()
+                prompt, completion, _ = ticket.usage()
                 log.info("%s %s key=%s model=%s status=%d tokens=%d+%d trace=%s", scope["method"], scope["path"],
                          ticket.key.name, ticket.model, status, prompt, completion, trace)
+            elif ctx.model:  # a generating request on a server without keys
+                log.info("%s %s model=%s status=%d trace=%s", scope["method"], scope["path"], ctx.model, status, trace)
 
 
 def presented_keys(headers: Iterable[tuple[bytes, bytes]]) -> list[bytes]:

@@ -422,3 +422,15 @@ def test_keys_usage_and_last_use_survive_a_restart_and_no_secret_is_stored(loade
     assert before["last_used_at"] is not None and after["last_used_at"] == pytest.approx(before["last_used_at"])
     assert (after["usage_today"]["prompt_tokens"], after["usage_today"]["completion_tokens"]) == \
         (used["prompt_tokens"], used["completion_tokens"])
+
+
+def test_without_keys_a_generating_request_still_logs_its_trace_id(loaded, caplog):
+    async def go():
+        with served(loaded, small_config(ctx_size=CTX)) as open_server:
+            async with open_server.client() as c:
+                return await c.post("/v1/chat/completions", json=CHAT, headers={"x-request-id": "open-trace"})
+
+    with caplog.at_level("INFO", logger="inferd.requests"):
+        r = run(go())
+    assert r.status_code == 200 and r.headers["x-request-id"] == "open-trace"
+    assert "POST /v1/chat/completions model=tiny status=200 trace=open-trace" in caplog.text
