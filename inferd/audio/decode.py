@@ -37,7 +37,9 @@ def decode_upload(file: BinaryIO, max_seconds: float) -> np.ndarray:
         if declared > max_seconds:
             raise BadAudio(_too_long(declared, max_seconds))
         stream = container.streams.audio[0]
-        resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
+        # 16-bit first, as faster-whisper's own decode_audio does, so a file
+        # transcribes the same here as through the library called directly.
+        resampler = av.AudioResampler(format="s16", layout="mono", rate=SAMPLE_RATE)
         limit = int(max_seconds * SAMPLE_RATE)
         parts, total = [], 0
         try:
@@ -51,7 +53,7 @@ def decode_upload(file: BinaryIO, max_seconds: float) -> np.ndarray:
                 parts.append(out.to_ndarray().reshape(-1))
         except av.FFmpegError as error:
             raise BadAudio(f"the audio could not be decoded: {error}") from None
-    samples = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+    samples = np.concatenate(parts).astype(np.float32) / 32768.0 if parts else np.zeros(0, np.float32)
     if samples.size == 0:
         raise BadAudio("file holds no audio samples")
     if samples.size > limit:
