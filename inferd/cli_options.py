@@ -15,8 +15,13 @@ def add_options(parser: argparse.ArgumentParser, cls: type, llama_server: bool =
     With `llama_server`, llama-server's spellings and `LLAMA_ARG_*` variables too
     (`INFERD_*` wins), and its hardware-only flags as no-ops."""
     hints = typing.get_type_hints(cls)
+    # A list field `collected_from` another gathers every value of that repeated flag; the other keeps the first.
+    collectors = {f.metadata["collected_from"]: f.name for f in dataclasses.fields(cls) if f.metadata.get("collected_from")}
     for f in dataclasses.fields(cls):
         meta = f.metadata
+        if meta.get("collected_from"):
+            parser.set_defaults(**{f.name: None, f"_default_{f.name}": list(f.default)})
+            continue
         flag = meta.get("flag") or "--" + f.name.replace("_", "-")
         names = [flag] + ([meta["short"]] if meta.get("short") else [])
         kind = _base_type(hints[f.name])
@@ -33,10 +38,27 @@ def add_options(parser: argparse.ArgumentParser, cls: type, llama_server: bool =
             items = list(default) if env is None else env.split(",")
             parser.add_argument(*names, dest=f.name, action="append", default=None, help=meta["help"])
             parser.set_defaults(**{f"_default_{f.name}": items})
+        elif f.name in collectors:
+            parser.add_argument(*names, dest=f.name, type=kind, default=default, action=_FirstAndAll,
+                                collector=collectors[f.name], help=f"{meta['help']} (repeatable; default: {default})")
         else:
             parser.add_argument(*names, dest=f.name, type=kind, default=default, help=f"{meta['help']} (default: {default})")
     if llama_server:
         cli_llama.add_no_op_flags(parser)
+
+
+class _FirstAndAll(argparse.Action):
+    """Keeps the first value in its own field and every value, in order, in `collector`."""
+
+    def __init__(self, *args, collector: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.collector = collector
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        seen = getattr(namespace, self.collector) or []
+        if not seen:
+            setattr(namespace, self.dest, value)
+        setattr(namespace, self.collector, [*seen, value])
 
 
 def build(cls: type, args: argparse.Namespace):

@@ -107,7 +107,16 @@ class EmbeddingOptions:
 
 
 @dataclass
-class ServeConfig(EmbeddingOptions, AudioOptions, SamplingOptions, ServerOptions, EngineConfig):
+class ModelHostOptions:
+    models: list[str] = field(default=(), metadata={"help": "every --model given, in order: the first is the server's own, the rest load on demand", "collected_from": "model"})
+    preload: list[str] = option((), "a model (served here or stored) to load at start rather than on its first request (repeatable)")
+    keep_alive: str = option("5m", "how long a model loaded on demand stays after its last request: a duration (5m, 1h, 90s), seconds, 0 (unload at once) or -1 (stay); Ollama's keep_alive sets it per request")
+    max_loaded_models: int = option(3, "models loaded on demand held at once (0 = no limit); the least recently used idle one is unloaded first")
+    memory_budget: str | None = option(None, "memory the models loaded on demand may hold together (weights and KV cache), like 8G or 512M; default: 80%% of the memory available at start")
+
+
+@dataclass
+class ServeConfig(ModelHostOptions, EmbeddingOptions, AudioOptions, SamplingOptions, ServerOptions, EngineConfig):
     pass
 
 

@@ -28,9 +28,11 @@ from inferd.discovery import registration
 from inferd.discovery.record import WorkerRecord
 from inferd.kernels import isa
 from inferd.models.loader import load_model
+from inferd.models.paths import ModelNotFoundError
 from inferd.server.app import build_app
 from inferd.models.default_embedding import resolve_with_bundled
 from inferd.server.assemble import attach_jobs, attach_model, new_state, start_jobs
+from inferd.server.hosted_models import build_host, close_host, preload
 from inferd.server.pooled_models import check_embedding_options, load_encoder_model
 from inferd.serving.state import ServerState
 from inferd.jobs.store import JobStoreError
@@ -154,6 +156,10 @@ def run_serve(config: ServeConfig) -> int:
         state = new_state(config, name, api_keys, key_store_dir=config.data_dir or default_data_dir())
     except (ValueError, TenantStoreError) as error:
         raise SystemExit(f"inferd: {error}") from None
+    try:
+        state.host = build_host(state)
+    except (ValueError, ModelNotFoundError) as error:
+        raise SystemExit(f"inferd: {error}") from None
     state.responses_store = open_responses_store(config)
     state.responses_store.purge_expired()
     if not state.tenants.enabled and not is_loopback(config.host):
@@ -200,6 +206,7 @@ def run_serve(config: ServeConfig) -> int:
                 loop.call_soon_threadsafe(reg.start)
 
         threading.Thread(target=load_engine, args=(state, on_ready), name="inferd-load", daemon=True).start()
+        preloading = asyncio.ensure_future(preload(state))
         start_jobs(app, state)  # unfinished jobs resume; items wait (retried) while the model loads
         await serving
         await jobs.runner.stop()  # items still running stay pending for the next start
@@ -210,6 +217,8 @@ def run_serve(config: ServeConfig) -> int:
             state.engine.shutdown()
         state.audio.shutdown()  # audio jobs still queued are dropped; a running one ends with its request
         state.served.close()
+        preloading.cancel()
+        await close_host(state)
         await asyncio.to_thread(state.tenants.close)  # usage and last-used times not yet written
         jobs.close()
 

@@ -17,6 +17,7 @@ from inferd.http.cors import add_cors
 from inferd.http.body_limits import BodyLimits
 from inferd.http.errors import error_response, install_error_handlers
 from inferd.http.request_metrics import RequestMetrics
+from inferd.server.model_select import ModelSelect
 from inferd.server.routes import cache, health, kv_events, metrics, requests
 from inferd.serving.generation import ENGINE_UNAVAILABLE, engine_unavailable
 from inferd.serving.state import ServerState
@@ -33,6 +34,8 @@ def build_app(state: ServerState) -> FastAPI:
 
     for exc_type in ENGINE_UNAVAILABLE:
         app.add_exception_handler(exc_type, unavailable)
+    # Added first runs last: a request reaches its model once it has passed the door and the limits.
+    app.add_middleware(ModelSelect, state=lambda: state, respond=error_response_for_path)
     app.add_middleware(BodyLimits, max_body_size=state.config.max_body_size, respond=error_response_for_path,
                        uploads=upload_limits(state.config))
     # Added last runs first: metrics count every answer, auth's 401s included.

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from fastapi import Request
 
@@ -17,16 +19,47 @@ from inferd.serving.sampling_defaults import server_sampling
 from inferd.serving.served_models import CHAT, ServedModels
 
 
+class ChosenModel(Protocol):
+    """A chat model a request chose (serving.model_host.ChatModel)."""
+    names: tuple[str, ...]
+
+
+# (the state, the model) a request was routed to; unset: the server's own model.
+_CHOSEN: ContextVar[tuple[object, ChosenModel] | None] = ContextVar("inferd_chosen_model", default=None)
+
+
+def choose_model(state: ServerState, model: ChosenModel | None) -> None:
+    """Route what runs in this context (one request) to `model`."""
+    _CHOSEN.set((state, model) if model is not None else None)
+
+
+def current_model(state: ServerState) -> ChosenModel | None:
+    chosen = _CHOSEN.get()
+    return chosen[1] if chosen is not None and chosen[0] is state else None
+
+
+class PerModel:
+    """A chat-model part of the state: the chosen model's when a request chose one, else the server's own."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, state, owner=None):
+        if state is None:
+            return self
+        chosen = current_model(state)
+        if chosen is not None:
+            return getattr(chosen, self.name)
+        return state.__dict__.get(self.name)
+
+    def __set__(self, state, value) -> None:
+        state.__dict__[self.name] = value
+
+
 @dataclass
 class ServerState:
     config: ServeConfig
     model_name: str = ""
-    engine: AsyncEngine | None = None  # None while the model loads
-    loaded: LoadedModel | None = None
-    template: ChatTemplate | None = None
-    grammar: object | None = None  # chat.grammar.GrammarCompiler
-    tool_parser: type | None = None  # chat.tool_parsers.ToolParser subclass for this model
-    think_markers: object | None = None  # chat.reasoning.ThinkMarkers when the model reasons
     metrics: object | None = None  # server.metrics.ServerMetrics when --metrics
     responses_store: object | None = None  # store.responses.ResponseStore; None keeps no responses
     audio: object | None = None  # audio.service.AudioService; its models load on first use
@@ -38,6 +71,16 @@ class ServerState:
     draining: bool = False
     load_failed: bool = False
     own_name: str = ""  # the model's name before --alias renamed it
+    host: object | None = None  # serving.model_host.ModelHost: the models loaded on demand beside this one
+
+    # The chat model's parts. A request for a model loaded on demand sees that model's
+    # (serving.model_host: `use_model` sets it for the request); every other request the server's own.
+    engine = PerModel()  # AsyncEngine; None while the model loads
+    loaded = PerModel()  # LoadedModel
+    template = PerModel()  # ChatTemplate
+    grammar = PerModel()  # chat.grammar.GrammarCompiler
+    tool_parser = PerModel()  # chat.tool_parsers.ToolParser subclass for this model
+    think_markers = PerModel()  # chat.reasoning.ThinkMarkers when the model reasons
 
     def __post_init__(self) -> None:
         # llama-server's --alias renames the served model: the first alias is its id and what answers report.
@@ -66,7 +109,15 @@ class ServerState:
     @property
     def served_names(self) -> list[str]:
         """The chat model's names: its id first, then the other aliases and its own name."""
+        chosen = current_model(self)
+        if chosen is not None:
+            return list(chosen.names)
         return list(dict.fromkeys([self.model_name, *self.config.alias, self.own_name]))
+
+    def every_name(self) -> list[str]:
+        """What a 404 lists: the server's own model, then every model it loads on demand."""
+        own = list(dict.fromkeys([self.model_name, *self.config.alias, self.own_name]))
+        return own + ([n for n in self.host.names() if n not in own] if self.host is not None else [])
 
     def reported_model(self, requested: str | None) -> str:
         """The model an answer names: the one asked for when served here under that name,
@@ -85,7 +136,7 @@ class ServerState:
                 self.served.pick(meant.name, CHAT)  # served here, but not for chat: a 400 that says so
                 return
             raise NotFound(
-                f"model {requested!r} is not served here; this server serves {', '.join(map(repr, self.served_names))}",
+                f"model {requested!r} is not served here; this server serves {', '.join(map(repr, self.every_name()))}",
                 param="model", code="model_not_found",
             )
 

@@ -1,0 +1,127 @@
+"""The door to the models loaded on demand (`serving.model_host`): a request
+whose body names one of them waits for it to load, holds it for as long as it
+runs, and reaches the routes with that model chosen (`serving.state.choose_model`),
+so every dialect serves it unchanged. Requests for the server's own model, or
+naming no model, pass straight through.
+
+Ollama's `keep_alive` is read here too, and its way to unload a model:
+/api/generate or /api/chat with nothing to run and `keep_alive: 0`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import cache
+
+from starlette.responses import JSONResponse
+
+from inferd.api.ollama.results import created_at
+from inferd.api.registry import endpoints
+from inferd.http.errors import APIError, BadRequest
+from inferd.serving.keep_alive import parse_keep_alive
+from inferd.serving.state import ServerState, choose_model
+
+# Client POST paths that do not run the chat model: they never load one.
+_NOT_CHAT = ("embed", "rerank", "audio", "files", "batches", "cancel", "/api/show", "{")
+_OLLAMA_LOADS = {"/api/generate": "prompt", "/api/chat": "messages"}
+
+
+@cache
+def chat_paths() -> frozenset[str]:
+    return frozenset(p for p, e in endpoints().items()
+                     if "POST" in e.methods and not any(mark in p for mark in _NOT_CHAT))
+
+
+class ModelSelect:
+    def __init__(self, app, state: Callable[[], ServerState], respond: Callable[[str, APIError], object]):
+        self.app, self.state, self.respond = app, state, respond
+
+    async def __call__(self, scope, receive, send):
+        state = self.state()
+        path = scope.get("path", "")
+        if (scope["type"] != "http" or state.host is None or scope.get("method") != "POST"
+                or path not in chat_paths() or _is_multipart(scope)):
+            return await self.app(scope, receive, send)
+        messages, body = await _read_body(receive)
+        replay = _replayer(messages, receive)
+        data = _json_object(body)
+        name = data.get("model") if data is not None else None
+        model = state.host.find(name) if isinstance(name, str) and name not in _own_names(state) else None
+        if model is None:
+            return await self.app(scope, replay, send)
+        host = state.host
+        try:
+            keep_alive = _keep_alive(data) if path.startswith("/api/") else "default"
+        except ValueError as error:
+            return await self.respond(path, BadRequest(str(error), param="keep_alive"))(scope, replay, send)
+        if path in _OLLAMA_LOADS and keep_alive == 0 and not data.get(_OLLAMA_LOADS[path]):
+            model.keep_alive = 0  # gone now when idle, else once its last request ends
+            await host.unload(model, "requested")
+            answer = {"model": name, "created_at": created_at(), "done": True, "done_reason": "unload"}
+            answer.update({"response": ""} if path == "/api/generate" else
+                          {"message": {"role": "assistant", "content": ""}})
+            return await JSONResponse(answer)(scope, replay, send)
+        try:
+            chat = await host.acquire(model, keep_alive)
+        except APIError as error:
+            return await self.respond(path, error)(scope, replay, send)
+        choose_model(state, chat)
+        released = False
+
+        async def send_then_release(message):
+            nonlocal released
+            if message["type"] == "http.response.body" and not message.get("more_body") and not released:
+                released = True  # before the last byte: a client that then asks /api/ps sees the unload
+                await host.release(model)
+            await send(message)
+
+        try:
+            await self.app(scope, replay, send_then_release)
+        finally:
+            if not released:
+                await host.release(model)
+
+
+def _own_names(state: ServerState) -> list[str]:
+    names = state.served_names
+    return names + [f"{n}:latest" for n in names]
+
+
+def _keep_alive(data: dict):
+    if data.get("keep_alive") is None:
+        return "default"
+    return parse_keep_alive(data["keep_alive"])
+
+
+def _is_multipart(scope) -> bool:
+    for key, value in scope.get("headers", ()):
+        if key == b"content-type":
+            return value.lower().startswith(b"multipart/")
+    return False
+
+
+async def _read_body(receive) -> tuple[list[dict], bytes]:
+    messages, parts = [], []
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            break
+        parts.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    return messages, b"".join(parts)
+
+
+def _replayer(messages: list[dict], receive):
+    async def replay():
+        return messages.pop(0) if messages else await receive()
+    return replay
+
+
+def _json_object(body: bytes) -> dict | None:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None  # the route answers a bad body in its own words
+    return data if isinstance(data, dict) else None
