@@ -24,7 +24,7 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="inferd", description="Serve and run language models.")
     parser.add_argument("--version", action="version", version=f"inferd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -44,8 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     router = sub.add_parser("router", help="route requests across a fleet of workers (static URLs or etcd)")
     add_options(router, RouterOptions)
     add_keys_command(sub)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if (done := run_store_command(args)) is not None:
         return done

@@ -34,7 +34,7 @@ ENVIRONMENT = {
     "api_key_file": "LLAMA_ARG_API_KEY_FILE", "chat_template": "LLAMA_ARG_CHAT_TEMPLATE",
     "chat_template_kwargs": "LLAMA_ARG_CHAT_TEMPLATE_KWARGS", "cors_origin": "LLAMA_ARG_CORS_ORIGINS",
     "metrics": "LLAMA_ARG_ENDPOINT_METRICS", "slots": "LLAMA_ARG_ENDPOINT_SLOTS",
-    "slot_save_path": "LLAMA_ARG_SLOT_SAVE_PATH", "reasoning_format": "LLAMA_ARG_THINK",
+    "reasoning_format": "LLAMA_ARG_THINK",
     "reasoning_budget": "LLAMA_ARG_THINK_BUDGET", "pooling": "LLAMA_ARG_POOLING",
     "temperature": "LLAMA_ARG_TEMPERATURE", "top_k": "LLAMA_ARG_TOP_K", "top_p": "LLAMA_ARG_TOP_P",
     "min_p": "LLAMA_ARG_MIN_P", "repeat_penalty": "LLAMA_ARG_REPEAT_PENALTY",

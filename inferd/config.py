@@ -50,7 +50,6 @@ class ServerOptions:
     default_model: str | None = option(None, "the model that serves requests naming a model not served here; default: the one model served, unless --strict-model-names")
     strict_model_names: bool = option(False, "answer 404 to a request naming a model not served here, even with one model")
     chat_template_kwargs: str | None = option(None, "JSON object of chat-template variables every request gets, under its own chat_template_kwargs, e.g. '{\"enable_thinking\": false}'")
-    slot_save_path: str | None = option(None, "folder where POST /slots/ID?action=save writes a slot's tokens and KV cache (restore reads them); default: slot saving off")
     chat_template: str | None = option(None, "chat template: a built-in name (gemma, chatml, llama3), a Jinja file, or the template text itself")
     metrics: bool = option(False, "serve Prometheus metrics at /metrics")
     slots: bool = option(True, "serve per-slot state at /slots")

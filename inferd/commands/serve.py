@@ -22,6 +22,7 @@ import uvicorn
 from inferd.chat.template import TemplateError, chat_template_for
 from inferd.commands.drain import end_unfinished_before
 from inferd.commands.listen import is_loopback
+from inferd.commands.sockets import bind_all, hosts_of
 from inferd.config import ServeConfig
 from inferd.serving.chat_defaults import check_chat_defaults
 from inferd.discovery import registration
@@ -162,7 +163,12 @@ def run_serve(config: ServeConfig) -> int:
         raise SystemExit(f"inferd: {error}") from None
     state.responses_store = open_responses_store(config)
     state.responses_store.purge_expired()
-    if not state.tenants.enabled and not is_loopback(config.host):
+    try:
+        hosts = hosts_of(config.host)
+        sockets = bind_all(hosts, config.port) if len(hosts) > 1 else None
+    except (ValueError, OSError) as error:
+        raise SystemExit(f"inferd: {error}") from None
+    if not state.tenants.enabled and not all(is_loopback(h) for h in hosts):
         log.warning("listening on %s without an API key: anyone who can reach it can use it (set --api-key)", config.host)
     app = build_app(state)
     try:
@@ -182,7 +188,7 @@ def run_serve(config: ServeConfig) -> int:
 
     async def main() -> None:
         loop = server.loop = asyncio.get_running_loop()
-        serving = asyncio.create_task(serve_or_report(server, config))
+        serving = asyncio.create_task(serve_or_report(server, config, sockets))
         while not server.started:
             if serving.done():
                 return await serving
@@ -226,13 +232,13 @@ def run_serve(config: ServeConfig) -> int:
     return 1 if state.load_failed or not server.started else 0
 
 
-async def serve_or_report(server: uvicorn.Server, config) -> None:
+async def serve_or_report(server: uvicorn.Server, config, sockets=None) -> None:
     """`server.serve()`, where a socket that cannot be opened (a port in use)
     is the one line uvicorn logs plus ours, not a traceback: uvicorn ends its
     start-up with sys.exit, which would escape the event loop. The caller sees
     `server.started` false."""
     try:
-        await server.serve()
+        await server.serve(sockets=sockets)  # sockets: --host listing several addresses, bound already
     except SystemExit:
         if server.started:
             raise

@@ -25,7 +25,7 @@ from inferd.http.errors import APIError, BadRequest, unreadable_body
 from inferd.http.form_fields import form_fields, is_form
 from inferd.router.admission import UsageMeter, admit_forward, with_trace_id
 from inferd.router.http_headers import request_headers
-from inferd.router.policies.direct import HEADER as WORKER_ID_HEADER
+from inferd.router.policies.direct import named_worker
 from inferd.router.proxy import Forward
 from inferd.router.routing_key import routing_request
 from inferd.router.state import RouterState
@@ -69,11 +69,11 @@ async def forward(request: Request, endpoint: Endpoint):
             return error_response_for_path(path, BadRequest(unreadable_body(e)))
     body = parsed if isinstance(parsed, dict) else {}
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.scope["headers"]}
-    named = headers.get(WORKER_ID_HEADER, "").strip()
+    header, named = named_worker(headers)
     if named and state.fleet.get(named) is None:
         return error_response_for_path(path, BadRequest(
-            f"{WORKER_ID_HEADER}: no worker {named!r} in the fleet; GET /v1/workers lists them",
-            param=WORKER_ID_HEADER, code="unknown_worker"))
+            f"{header}: no worker {named!r} in the fleet; GET /v1/workers lists them",
+            param=header, code="unknown_worker"))
     pinned, observe = None, None
     response_id = request.path_params.get("response_id") or body.get("previous_response_id")
     if isinstance(response_id, str) and _RESPONSE_ID.match(response_id):

@@ -16,7 +16,8 @@ HOP_BY_HOP = frozenset({
     b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"proxy-connection",
     b"te", b"trailer", b"transfer-encoding", b"upgrade",
 })
-_SET_BY_ROUTER = frozenset({b"host", b"content-length", b"accept-encoding", b"x-worker-id"})
+_SET_BY_ROUTER = frozenset({b"host", b"content-length", b"accept-encoding", b"x-worker-id",
+                            b"x-worker-instance-id"})
 _KEYS = frozenset({b"authorization", b"x-api-key"})
 
 WORKER_HEADER = b"x-inferd-worker"  # on every forwarded answer: which worker produced it

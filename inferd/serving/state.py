@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -9,6 +10,7 @@ from typing import Protocol
 
 from fastapi import Request
 
+from inferd import __version__
 from inferd.chat.template import ChatTemplate
 from inferd.config import ServeConfig
 from inferd.engine.async_engine import AsyncEngine
@@ -100,6 +102,15 @@ class ServerState:
             raise ServiceUnavailable("the model is still loading; retry shortly", code="loading",
                                      headers={"Retry-After": "2"})
         return self.engine
+
+    @property
+    def system_fingerprint(self) -> str | None:
+        """Stable per build and model: changes when the inferd version, the weights
+        file or how they are held changes, as OpenAI's says the backend changed."""
+        if self.loaded is None:
+            return None
+        what = f"{__version__}|{self.own_name}|{self.loaded.path}|{self.loaded.dtype}|{self.config.weights}"
+        return "fp_" + hashlib.sha256(what.encode()).hexdigest()[:12]
 
     @property
     def sampling_defaults(self) -> dict:

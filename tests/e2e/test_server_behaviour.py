@@ -213,13 +213,13 @@ def test_a_body_of_exactly_max_body_size_is_served(small_body_server, chunked):
 # -- health, ports, sockets --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/health", "/v1/health", "/"])
+@pytest.mark.parametrize("path", ["/health", "/v1/health", "/healthz", "/"])
 def test_health_reports_the_model_and_the_engine(http, tiny_server, tiny_model_dir, path):
     r = http.get(path)
     assert r.status_code == 200
-    assert r.json() == {"status": "ok", "model": tiny_model_dir.name, "running": 0, "waiting": 0,
-                        "max_parallel": TINY_PARALLEL}
-    assert tiny_server.model_name == tiny_model_dir.name
+    assert r.json() == {"status": "ok", "model": ALIAS, "running": 0, "waiting": 0, "max_parallel": TINY_PARALLEL,
+                        "slots_idle": TINY_PARALLEL, "slots_processing": 0, "ctx_size": TINY_CTX}
+    assert tiny_server.model_name == ALIAS  # --alias renames the served model
 
 
 def test_port_zero_serves_on_the_port_the_log_names(tiny_server, http):

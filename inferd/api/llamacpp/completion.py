@@ -53,6 +53,9 @@ async def run_completion(state: ServerState, req: GenerationFields, prompts: lis
     if req.ignored_fields():
         log.info("llama.cpp completion request: ignored fields %s", req.ignored_fields())
     params = sampling_params(req, engine.tokenizer, state.config.default_max_tokens, state.sampling_defaults)
+    budget = req.requested_thinking_budget()
+    params.thinking_budget = budget if budget is not None else state.config.reasoning_budget
+    params.max_pattern_size, params.min_count = req.max_pattern_size, req.min_count
     priority = request_priority(raw)
     spec = req.grammar_spec()
     if spec is not None:  # a first-seen large schema can take a moment to compile
@@ -67,8 +70,27 @@ async def run_completion(state: ServerState, req: GenerationFields, prompts: lis
     answer = _Answer(state, req, params, prompts)
     if req.stream:
         return sse_response(answer.stream(generation))
-    bodies = [answer.body(choice) for choice in await generation.collect(raw)]
+    bodies = [only_fields(answer.body(choice), getattr(req, "response_fields", None))
+              for choice in await generation.collect(raw)]
     return bodies[0] if len(bodies) == 1 else bodies
+
+
+def only_fields(body: dict, fields: list[str] | None) -> dict:
+    """llama-server's response_fields: just those fields, each under its own
+    path ("generation_settings/n_predict" reaches into an object); missing ones are left out."""
+    if not fields:
+        return body
+    picked = {}
+    for path in fields:
+        value, found = body, True
+        for key in path.split("/"):
+            if not isinstance(value, dict) or key not in value:
+                found = False
+                break
+            value = value[key]
+        if found:
+            picked[path] = value
+    return picked
 
 
 @dataclasses.dataclass
@@ -88,7 +110,8 @@ class _Answer:
         """Entries for the first `count` tokens (those the answer shows)."""
         if not self.req.n_probs or not logprobs:
             return {}
-        return {"completion_probabilities": completion_probabilities(self.tokenizer, logprobs[:count])}
+        post = getattr(self.req, "post_sampling_probs", False)
+        return {"completion_probabilities": completion_probabilities(self.tokenizer, logprobs[:count], post)}
 
     def _summary(self, index: int, final: RequestOutput, content: str, tokens: list[int], has_new_line: bool) -> dict:
         return {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from inferd.api.openai.dialect import completion_text
 from inferd.http.dialect import Dialect, Endpoint
 
-PATHS = ("/completion", "/infill", "/tokenize", "/detokenize", "/apply-template", "/slots", "/props")
+PATHS = ("/completion", "/completions", "/infill", "/tokenize", "/detokenize", "/apply-template", "/slots", "/props")
 EMBEDDING_PATHS = ("/embedding", "/embeddings")  # llama-server's own shapes, not /v1/embeddings
 RERANK_PATHS = ("/v1/rerank", "/v1/reranking", "/rerank", "/reranking")
 
@@ -14,7 +14,7 @@ DIALECT = Dialect(
     routes="inferd.api.llamacpp.routes",
     path_prefixes=PATHS + EMBEDDING_PATHS + RERANK_PATHS,
     endpoints=(
-        Endpoint("/completion", routing_text=completion_text, token_prompt=True),
+        *(Endpoint(p, routing_text=completion_text, token_prompt=True) for p in ("/completion", "/completions")),
         *(Endpoint(p) for p in ("/infill", "/tokenize", "/detokenize", "/apply-template")),
         *(Endpoint(p) for p in EMBEDDING_PATHS + RERANK_PATHS),
     ),

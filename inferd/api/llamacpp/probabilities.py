@@ -9,20 +9,23 @@ from inferd.engine.outputs import TokenLogprobs
 from inferd.models.tokenizer import Tokenizer
 
 
-def _entry(tokenizer: Tokenizer, token_id: int, logprob: float) -> dict:
+def _entry(tokenizer: Tokenizer, token_id: int, logprob: float, as_prob: bool) -> dict:
     return {
         "id": token_id,
         "token": tokenizer.decode([token_id], skip_special_tokens=False),
         "bytes": list(token_bytes(tokenizer, token_id)),
-        "logprob": logprob,
+        **({"prob": math.exp(logprob)} if as_prob else {"logprob": logprob}),
     }
 
 
-def completion_probabilities(tokenizer: Tokenizer, entries: list[TokenLogprobs]) -> list[dict]:
+def completion_probabilities(tokenizer: Tokenizer, entries: list[TokenLogprobs], as_prob: bool = False) -> list[dict]:
+    """`as_prob` (post_sampling_probs): "prob" and "top_probs" instead of "logprob" and
+    "top_logprobs", as llama-server names them; the values are the model's distribution."""
     out = []
     for e in entries:
-        item = _entry(tokenizer, e.token_id, e.logprob)
+        item = _entry(tokenizer, e.token_id, e.logprob, as_prob)
         # A banned alternative has logprob -inf, which JSON cannot carry; it was never a candidate.
-        item["top_logprobs"] = [_entry(tokenizer, t, lp) for t, lp in e.top if math.isfinite(lp)]
+        item["top_probs" if as_prob else "top_logprobs"] = [
+            _entry(tokenizer, t, lp, as_prob) for t, lp in e.top if math.isfinite(lp)]
         out.append(item)
     return out

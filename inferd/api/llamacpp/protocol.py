@@ -61,6 +61,21 @@ class GenerationFields(LlamaRequest):
     id_slot: int = -1  # accepted for compatibility; the scheduler places requests
     grammar: str | None = None  # GBNF the output must follow
     json_schema: dict | None = None  # JSON schema the output must follow
+    response_fields: list[str] | None = None  # answer only these fields ("a/b" reaches into objects)
+    post_sampling_probs: bool = False  # probabilities (0..1) rather than logprobs in completion_probabilities
+    # Reasoning tokens allowed before the end of thinking is forced (the chat route's names; first given wins).
+    thinking_budget_tokens: int | None = None
+    thinking_token_budget: int | None = None
+    thinking_budget: int | None = None
+    # The loop guard, as on the chat route (le: the engine's MAX_LOOP_PATTERN_SIZE).
+    max_pattern_size: int = Field(0, ge=0, le=1024)
+    min_count: int = Field(0, ge=0)
+
+    def requested_thinking_budget(self) -> int | None:
+        for value in (self.thinking_budget_tokens, self.thinking_token_budget, self.thinking_budget):
+            if value is not None:
+                return value
+        return None
 
     def grammar_spec(self):
         """The output constraint, if any (json_schema wins over grammar, as in llama-server)."""
@@ -91,6 +106,7 @@ class CompletionRequest(GenerationFields):
     @field_validator("prompt", mode="before")
     @classmethod
     def _prompt_shape(cls, value):
+        value = _prompt_strings(value)
         # Checked by hand so a wrong shape gets one plain sentence, not a union's every branch.
         ok = isinstance(value, str) or isinstance(value, list) and all(
             _is_part(p) or isinstance(p, list) and all(_is_part(q) for q in p) for p in value
@@ -99,6 +115,18 @@ class CompletionRequest(GenerationFields):
             raise ValueError("prompt must be text, a list of token ids and text, or a list of such prompts "
                              "(JSON objects, such as multimodal prompts, are not supported)")
         return value
+
+
+def _prompt_strings(value):
+    """llama-server's {"prompt_string": ...} objects as the text they hold (alone or in a list)."""
+    def text(item):
+        if isinstance(item, dict) and isinstance(item.get("prompt_string"), str):
+            if item.get("multimodal_data"):
+                raise ValueError("prompt.multimodal_data is not supported: this model takes text only")
+            return item["prompt_string"]
+        return item
+
+    return [text(p) for p in value] if isinstance(value, list) else text(value)
 
 
 class InputExtraChunk(LlamaRequest):

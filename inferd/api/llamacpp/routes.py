@@ -11,7 +11,7 @@ from inferd.api.llamacpp.infill import create_infill
 from inferd.api.llamacpp.props import props
 from inferd.api.llamacpp.rerank import RerankRequest, create_rerank
 from inferd.api.llamacpp.protocol import CompletionRequest, DetokenizeRequest, InfillRequest, TokenizeRequest
-from inferd.api.llamacpp.slots import slots
+from inferd.api.llamacpp.slots import slot_action, slots
 from inferd.api.llamacpp.tokenize import detokenize, tokenize
 from inferd.serving.chat_request import ChatCompletionRequest
 from inferd.serving.state import ServerState, get_state
@@ -23,6 +23,7 @@ _STREAM = {200: {"content": {"text/event-stream": {}}, "description": "JSON, or 
 
 
 @router.post("/completion", responses=_STREAM)
+@router.post("/completions", include_in_schema=False)  # llama-server's other spelling (not OpenAI's /v1/completions)
 async def completion(body: CompletionRequest, raw: Request, state: ServerState = Depends(get_state)):
     return await create_completion(state, body, raw)
 
@@ -50,6 +51,11 @@ async def apply_template_route(body: ChatCompletionRequest, state: ServerState =
 @router.get("/slots")
 async def slots_route(state: ServerState = Depends(get_state)):
     return slots(state)
+
+
+@router.post("/slots/{slot_id}")
+async def slot_action_route(slot_id: int, action: str | None = None, state: ServerState = Depends(get_state)):
+    return slot_action(state, slot_id, action)
 
 
 @router.get("/props")

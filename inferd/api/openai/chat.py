@@ -29,6 +29,7 @@ async def create_chat_completion(state: ServerState, req: ChatCompletionRequest,
         model=state.reported_model(req.model),
         choices=[_choice(c, chat.outputs[c.index], state.engine.tokenizer, req, chat.top_logprobs) for c in choices],
         usage=_usage([c.final for c in choices]),
+        system_fingerprint=state.system_fingerprint,
     )
 
 
@@ -72,7 +73,8 @@ async def _stream(state: ServerState, req: ChatCompletionRequest, chat: Submitte
     def chunk(choices, usage=None) -> str:
         # OpenAI's shape: finish_reason and logprobs present (null until set),
         # the delta carries only what changed, usage appears only when asked for.
-        body = ChatCompletionChunk(id=request_id, created=created, model=model, choices=choices, usage=usage).model_dump()
+        body = ChatCompletionChunk(id=request_id, created=created, model=model, choices=choices, usage=usage,
+                                   system_fingerprint=state.system_fingerprint).model_dump()
         for choice in body["choices"]:
             choice["delta"] = {k: v for k, v in choice["delta"].items() if v is not None}
         if not include_usage:

@@ -43,6 +43,7 @@ async def create_completion(state: ServerState, req: CompletionRequest, raw: Req
             ids.append(ids_one)
             params.append(sampling_params(req, max_tokens, req.logprobs, seed_offset=j,
                                           defaults=state.sampling_defaults))
+            params[-1].max_pattern_size, params[-1].min_count = req.max_pattern_size, req.min_count
     await admit(req.model or state.model_name, ids, params, context)
     request_id = new_id("cmpl")
     submission = Submission(request_id, request_priority(raw), req.cache_prompt, req.cache_salt)
@@ -66,6 +67,7 @@ async def create_completion(state: ServerState, req: CompletionRequest, raw: Req
             for c in choices
         ],
         usage=_usage(finals, req.n),
+        system_fingerprint=state.system_fingerprint,
     )
 
 
@@ -90,7 +92,8 @@ async def _stream(state: ServerState, req: CompletionRequest, request_id: str, g
 
     def chunk(choices, usage=None) -> str:
         # finish_reason and logprobs stay present (null until set), as OpenAI sends them.
-        body = CompletionResponse(id=request_id, created=created, model=model, choices=choices, usage=usage).model_dump()
+        body = CompletionResponse(id=request_id, created=created, model=model, choices=choices, usage=usage,
+                                  system_fingerprint=state.system_fingerprint).model_dump()
         for choice in body["choices"]:
             if choice["stop_reason"] is None:
                 del choice["stop_reason"]

@@ -48,13 +48,15 @@ JOB_ENDPOINTS = (
 DIALECT = Dialect(
     name="openai",
     routes="inferd.api.openai.routes",
-    path_prefixes=(*both("/chat/completions"), *both("/completions"), *both("/models"), "/v1/embeddings",
+    # /completions without /v1 is llama-server's native completion (api/llamacpp).
+    path_prefixes=(*both("/chat/completions"), "/v1/completions", *both("/models"), "/v1/embeddings",
                    "/v1/files", "/v1/batches", "/v1/jobs"),
     endpoints=(
         *(Endpoint(p, routing_text=chat_messages_text, prompt_ids=chat_prompt_ids) for p in both("/chat/completions")),
-        *(Endpoint(p, routing_text=completion_text, prompt_ids=completion_prompt_ids, token_prompt=True)
-          for p in both("/completions")),
+        Endpoint("/v1/completions", routing_text=completion_text, prompt_ids=completion_prompt_ids,
+                 token_prompt=True),
         Endpoint("/v1/embeddings", routing_text=embedding_text),
+        *(Endpoint(f"{p}/input_tokens", routing_text=chat_messages_text) for p in both("/chat/completions")),
         *JOB_ENDPOINTS,
     ),
 )

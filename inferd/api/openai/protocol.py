@@ -19,6 +19,9 @@ class CompletionRequest(SamplingFields):
     echo: bool = False
     logprobs: int | None = Field(None, ge=0, le=20)
     suffix: str | None = None
+    # The loop guard, as on chat (le: the engine's MAX_LOOP_PATTERN_SIZE).
+    max_pattern_size: int = Field(0, ge=0, le=1024)
+    min_count: int = Field(0, ge=0)
 
     @field_validator("prompt")
     @classmethod
@@ -110,6 +113,7 @@ class ChatCompletionChunk(BaseModel):
     model: str
     choices: list[ChatChunkChoice]
     usage: UsageInfo | None = None
+    system_fingerprint: str | None = None
 
 
 class CompletionLogprobs(BaseModel):
@@ -134,6 +138,7 @@ class CompletionResponse(BaseModel):
     model: str
     choices: list[CompletionChoice]
     usage: UsageInfo | None = None
+    system_fingerprint: str | None = None
 
 
 class ModelCard(BaseModel):

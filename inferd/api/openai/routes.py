@@ -9,6 +9,7 @@ from inferd.api.openai.chat import create_chat_completion
 from inferd.api.openai.completions import create_completion
 from inferd.api.openai.models import find_model, list_models
 from inferd.api.openai.embeddings import EmbeddingRequest, create_embeddings
+from inferd.api.openai.input_tokens import count_input_tokens
 from inferd.api.openai.protocol import ChatCompletionResponse, CompletionRequest, CompletionResponse, ModelCard, ModelList
 from inferd.serving.chat_request import ChatCompletionRequest
 from inferd.serving.state import ServerState, get_state
@@ -20,6 +21,12 @@ for _jobs_router in (files.router, batches.router, jobs.router):  # work kept by
 _STREAM = {200: {"content": {"text/event-stream": {}}, "description": "JSON, or server-sent events when stream is true"}}
 
 
+@router.post("/v1/chat/completions/input_tokens")
+@router.post("/chat/completions/input_tokens", include_in_schema=False)
+async def chat_input_tokens(body: ChatCompletionRequest, state: ServerState = Depends(get_state)):
+    return await count_input_tokens(state, body)
+
+
 @router.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=_STREAM)
 @router.post("/chat/completions", response_model=ChatCompletionResponse, include_in_schema=False)
 async def chat_completions(body: ChatCompletionRequest, raw: Request, state: ServerState = Depends(get_state)):
@@ -27,7 +34,6 @@ async def chat_completions(body: ChatCompletionRequest, raw: Request, state: Ser
 
 
 @router.post("/v1/completions", response_model=CompletionResponse, responses=_STREAM)
-@router.post("/completions", response_model=CompletionResponse, include_in_schema=False)
 async def completions(body: CompletionRequest, raw: Request, state: ServerState = Depends(get_state)):
     return await create_completion(state, body, raw)
 

@@ -1,6 +1,7 @@
 """direct: the client (or a gateway in front) names the worker.
 
-The `x-worker-id` header names the worker by id; without it the request goes
+The `x-worker-id` header (or `x-worker-instance-id`, the name in the fleet
+design this router follows) names the worker by id; without it the request goes
 to the fallback policy (least-load unless told otherwise), which also sees
 every routed and finished request, so its view stays current either way.
 
@@ -20,6 +21,15 @@ from inferd.router.policies.least_load import LeastLoadPolicy
 from inferd.router.worker import Worker
 
 HEADER = "x-worker-id"
+HEADERS = (HEADER, "x-worker-instance-id")  # either names the worker; the first given wins
+
+
+def named_worker(headers: Mapping[str, str]) -> tuple[str, str]:
+    """(header, worker id) of the request's direct-routing header; ("", "") when it has none."""
+    for name in HEADERS:
+        if wanted := headers.get(name, "").strip():
+            return name, wanted
+    return "", ""
 
 
 class DirectTargetError(LookupError):
@@ -49,17 +59,17 @@ class DirectPolicy:
         self.lookup = lookup
 
     def choose(self, request: RoutingRequest, candidates: Sequence[Worker]) -> Decision:
-        wanted = request.headers.get(HEADER, "").strip()
+        header, wanted = named_worker(request.headers)
         if not wanted:
             return self.fallback.choose(request, candidates)
         for worker in candidates:
             if worker.id == wanted:
                 return Decision(worker, "direct")
         if self.lookup is not None and self.lookup(wanted) is None:
-            raise UnknownWorkerError(wanted, f"{HEADER}: no worker {wanted!r} in the fleet; GET /v1/workers lists them")
+            raise UnknownWorkerError(wanted, f"{header}: no worker {wanted!r} in the fleet; GET /v1/workers lists them")
         raise WorkerUnavailableError(
             wanted,
-            f"{HEADER}: worker {wanted!r} cannot take this request now "
+            f"{header}: worker {wanted!r} cannot take this request now "
             "(not ready, unhealthy, serving another model, or already tried)",
         )
 
