@@ -13,6 +13,7 @@ from inferd.cli_options import add_options, build
 from inferd.config import EngineConfig, RouterOptions, ServeConfig
 from inferd.cli_sampling import add_sampling_options
 from inferd.commands.keys import add_keys_command, run_keys
+from inferd.commands.ps import add_ps_commands, run_ps_command
 from inferd.commands.store_cli import add_store_commands, run_store_command
 
 
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     router = sub.add_parser("router", help="route requests across a fleet of workers (static URLs or etcd)")
     add_options(router, RouterOptions)
     add_keys_command(sub)
+    add_ps_commands(sub)
     return parser
 
 
@@ -51,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if (done := run_store_command(args)) is not None:
+        return done
+    if (done := run_ps_command(args)) is not None:
         return done
     if args.command == "generate":
         from inferd.commands.generate import run_generate

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 from inferd import __version__
 from inferd.api.ollama.model_card import details, modified_at, parameter_count, summary
 from inferd.api.ollama.models import check_model
@@ -20,16 +22,28 @@ def tags(state: ServerState) -> dict:
 
 
 def running(state: ServerState) -> dict:
-    if state.engine is None:
-        return {"models": []}
-    loaded = state.engine.engine.loaded
+    """The server's own model (loaded for its life), then the models loaded on demand, most recently used first."""
+    models = []
+    if state.engine is not None:
+        models.append(_running(state.model_name, state.engine, NEVER_EXPIRES))
+    if state.host is not None:
+        for model in sorted(state.host.loaded(), key=lambda m: -m.last_used):
+            expires = model.expires_at
+            when = NEVER_EXPIRES if expires is None else _iso(expires)
+            models.append({**_running(model.name, model.chat.engine, when), "size": model.size})
+    return {"models": models}
+
+
+def _running(name: str, engine, expires_at: str) -> dict:
+    loaded = engine.engine.loaded
     weights = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
-    return {"models": [{
-        **summary(state.model_name, loaded),
-        "expires_at": NEVER_EXPIRES,
-        "size_vram": weights if loaded.device.type == "cuda" else 0,
-        "context_length": state.engine.engine.max_model_len,
-    }]}
+    return {**summary(name, loaded), "expires_at": expires_at,
+            "size_vram": weights if loaded.device.type == "cuda" else 0,
+            "context_length": engine.engine.max_model_len}
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _parameters(state: ServerState) -> str:
