@@ -89,6 +89,14 @@ class Fleet:
         names = {card["id"] for card in self.model_cards.get(worker.id, ()) if isinstance(card.get("id"), str)}
         return names | ({worker.model} if worker.model else set())
 
+    def has_loaded(self, worker: Worker, model: str) -> bool:
+        """It holds `model` in memory now: a request there starts without a load."""
+        wanted = {model, model.removesuffix(OLLAMA_DEFAULT_TAG)}
+        if worker.model in wanted:
+            return True
+        return any(card.get("id") in wanted and card.get("loaded", True) is not False
+                   for card in self.model_cards.get(worker.id, ()))
+
     def serves(self, worker: Worker, model: str) -> bool:
         names = self.names(worker)
         return model in names or model.removesuffix(OLLAMA_DEFAULT_TAG) in names
@@ -108,11 +116,15 @@ class Fleet:
         return [w for w in self.workers.values() if w.healthy]
 
     def candidates(self, model: str | None, exclude: Iterable[str] = ()) -> list[Worker]:
-        """Routable workers that serve `model` (one of unknown model takes any).
-        A name no worker serves goes to any worker, which answers its own 404;
-        a served name whose workers are all down gets none (the router's 503)."""
+        """Routable workers that serve `model` (one of unknown model takes any),
+        only those that have it loaded when any has. A name no worker serves goes
+        to any worker, which answers its own 404; a served name whose workers are
+        all down gets none (the router's 503)."""
         skip = set(exclude)
         routable = [w for w in self.workers.values() if w.id not in skip and w.routable]
         if not model or not any(self.serves(w, model) for w in self.workers.values()):
             return routable
-        return [w for w in routable if w.model is None or self.serves(w, model)]
+        serving = [w for w in routable if w.model is None or self.serves(w, model)]
+        if any(w.model is not None and self.has_loaded(w, model) for w in serving):  # no load to wait for there
+            return [w for w in serving if w.model is None or self.has_loaded(w, model)]
+        return serving

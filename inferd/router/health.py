@@ -7,8 +7,9 @@ takes traffic and feeds its circuit breaker.
     other 2xx-4xx                ready, breaker success (an engine without /health)
     other 5xx, connect, timeout  breaker failure
 
-A worker's served names come from its `/v1/models`, fetched once after its
-first healthy answer (and again until it gives one).
+A worker's models come from its `/v1/models` at every healthy check: the
+ones it serves or has stored, and which of them it has loaded now (an inferd
+worker loads models on demand and unloads idle ones).
 """
 
 from __future__ import annotations
@@ -45,8 +46,7 @@ async def check_worker(fleet: Fleet, worker: Worker, client: httpx.AsyncClient, 
         log.info("worker %s is ready", worker.id)
     worker.ready = True
     worker.breaker.record_success()
-    if worker.id not in fleet.model_cards:
-        await learn_models(fleet, worker, client, headers)
+    await learn_models(fleet, worker, client, headers)
 
 
 async def learn_models(fleet: Fleet, worker: Worker, client: httpx.AsyncClient, headers: dict | None = None) -> None:
@@ -57,14 +57,13 @@ async def learn_models(fleet: Fleet, worker: Worker, client: httpx.AsyncClient, 
         return  # tried again on the next healthy check
     if not isinstance(data, list):
         return
-    # Stored models a worker lists but has not loaded ("loaded": false) are not routed to: it answers for loaded ones.
-    cards = [card for card in data if isinstance(card, dict) and isinstance(card.get("id"), str)
-             and card.get("loaded", True) is not False]
+    # Every model it lists, stored ones ("loaded": false) too: it loads them on demand.
+    cards = [card for card in data if isinstance(card, dict) and isinstance(card.get("id"), str)]
     if fleet.get(worker.id) is not worker:
         return  # it left (or was replaced) while we asked
     fleet.model_cards[worker.id] = cards
     if worker.model is None and cards:
-        worker.model = cards[0]["id"]
+        worker.model = next((c["id"] for c in cards if c.get("loaded", True) is not False), cards[0]["id"])
         log.info("worker %s serves %s", worker.id, worker.model)
 
 

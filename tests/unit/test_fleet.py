@@ -113,3 +113,17 @@ def test_served_models_is_the_union_in_fleet_order():
     fleet, _ = fleet_of(record("a", "m1"), record("b", "m2"), record("c"))
     fleet.model_cards["b"] = [{"id": "m2"}, {"id": "gpt-4o-mini"}]
     assert fleet.served_models() == ["m1", "gpt-4o-mini", "m2"]
+
+
+def test_a_worker_with_the_model_loaded_is_preferred_to_one_that_only_stores_it():
+    fleet, _ = fleet_of(record("a", "m1"), record("b", "m2"), record("c", "m3"))
+    fleet.model_cards["a"] = [{"id": "m1", "loaded": True}, {"id": "tiny", "loaded": False}]
+    fleet.model_cards["b"] = [{"id": "m2", "loaded": True}, {"id": "tiny", "loaded": True}]
+    fleet.model_cards["c"] = [{"id": "m3", "loaded": True}]
+    assert ids(fleet.candidates("tiny")) == ["b"]
+    assert ids(fleet.candidates("tiny:latest")) == ["b"]
+    fleet.model_cards["b"][1]["loaded"] = False  # b unloaded it: both may load it, c never can
+    assert ids(fleet.candidates("tiny")) == ["a", "b"]
+    fleet.get("b").ready = False
+    assert ids(fleet.candidates("tiny")) == ["a"]
+    assert sorted(fleet.served_models()) == ["m1", "m2", "m3", "tiny"]

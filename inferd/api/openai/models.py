@@ -21,7 +21,19 @@ async def list_models(state: ServerState, served: list[ModelCard]) -> ModelList:
     known = {card.id for card in served}
     stored = await in_store(state, lambda store: store.models())
     extra = [stored_card(m) for m in unserved(state, stored) if m.model_name.short not in known]
-    return ModelList(data=served + extra)
+    return ModelList(data=served + extra + _on_demand(state, known | {c.id for c in extra}, extra))
+
+
+def _on_demand(state: ServerState, listed: set[str], stored: list[ModelCard]) -> list[ModelCard]:
+    """Marks the stored models loaded on demand as loaded; cards for the further --model models."""
+    host = state.host
+    if host is None:
+        return []
+    loaded = {n for m in host.loaded() for n in m.names}
+    for card in stored:
+        card.loaded = card.id in loaded
+    return [ModelCard(id=m.name, created=int(state.started), owned_by="inferd", loaded=m.name in loaded,
+                      capabilities=["completion", "chat"]) for m in host.models if m.name not in listed]
 
 
 def find_model(cards: list[ModelCard], model_id: str) -> ModelCard:
