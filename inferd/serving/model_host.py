@@ -148,7 +148,7 @@ class ModelHost:
         self.unloads[reason] = self.unloads.get(reason, 0) + 1
         self.on_unload(reason)
         log.info("unloaded %s (%s)", model.name, reason)
-        await asyncio.to_thread(_free, chat)
+        await asyncio.to_thread(self._free, chat)
         return True
 
     # -- loading ---------------------------------------------------------------
@@ -158,7 +158,7 @@ class ModelHost:
                 await self._make_room(model)
                 started = time.monotonic()
                 model.chat = await asyncio.to_thread(self._build, model)
-                model.size = _loaded_bytes(model.chat)
+                model.size = self._measure(model.chat)
                 model.loads += 1
                 model.last_used = time.time()
                 log.info("loaded %s on demand in %.1fs (%d MiB with its KV cache)", model.name,
@@ -174,6 +174,9 @@ class ModelHost:
         attach_chat_features(chat, loaded)
         chat.engine = AsyncEngine(Engine(loaded, self.config, think_ids=think_token_ids(loaded.tokenizer)))
         return chat
+
+    def _measure(self, chat: ChatModel) -> int:
+        return _loaded_bytes(chat)
 
     async def _make_room(self, model: HostedModel) -> None:
         need = model.file_bytes
@@ -209,6 +212,9 @@ class ModelHost:
                 expires = model.expires_at
                 if expires is not None and expires <= now and model.loading is None:
                     await self.unload(model, "expired")
+
+    def _free(self, chat: ChatModel) -> None:
+        _free(chat)
 
     async def close(self) -> None:
         if self._sweeper is not None:
