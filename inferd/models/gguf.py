@@ -13,7 +13,7 @@ from typing import Any, Iterable, Iterator
 import torch
 
 from inferd.models.gguf_dequant import dequantize
-from inferd.models.gguf_file import VOCABULARY_ARRAYS, GGUFError, GGUFFile
+from inferd.models.gguf_file import GGUFError, GGUFFile, read_gguf_header
 from inferd.models.gguf_names import DERIVED_TENSORS, hf_name
 from inferd.models.gguf_rope import llama3_scaling_from_rope_freqs, rope_scaling_from_metadata
 
@@ -33,7 +33,7 @@ _REQUIRED = object()
 def read_gguf_config(path: str | Path) -> dict[str, Any]:
     """The Hugging Face config dict equivalent to the file's metadata."""
     # The config needs only the vocabulary's size; decoding its 262k strings costs half a second.
-    return _hf_config(GGUFFile(path, skip=VOCABULARY_ARRAYS))
+    return _hf_config(read_gguf_header(path))
 
 
 def iter_gguf_tensors(path: str | Path, dtype: torch.dtype = torch.bfloat16) -> Iterator[tuple[str, torch.Tensor]]:
@@ -61,7 +61,7 @@ def iter_gguf_tensors(path: str | Path, dtype: torch.dtype = torch.bfloat16) -> 
 def gguf_block_formats(path: str | Path, formats: Iterable[str]) -> dict[str, tuple[str, int]]:
     """Hugging Face name -> (block format, rows) of each matrix stored in one of
     `formats`, from the file's directory alone."""
-    gguf = GGUFFile(path, skip=VOCABULARY_ARRAYS)
+    gguf = read_gguf_header(path)
     return {name: (info.qtype.name, info.shape[0]) for info, name in _block_matrices(gguf, set(formats))}
 
 

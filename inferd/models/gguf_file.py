@@ -9,7 +9,9 @@ stepped over without being decoded, and the tensor directory left unread.
 
 from __future__ import annotations
 
+import functools
 import mmap
+import os
 import struct
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -211,6 +213,19 @@ class GGUFFile:
         if pos > len(buffer):
             raise struct.error("a string runs past the end of the file")
         self._pos = pos
+
+
+def read_gguf_header(path: str | Path) -> GGUFFile:
+    """The file's metadata without its vocabulary, and its tensor directory, parsed
+    once per version of the file: loading a model reads them for its config, its
+    block formats and its tokenizer. Shared, so callers only read it."""
+    stat = os.stat(path)
+    return _parsed_header(str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=2)
+def _parsed_header(path: str, size: int, mtime_ns: int) -> GGUFFile:
+    return GGUFFile(path, skip=VOCABULARY_ARRAYS)
 
 
 def shortest_float32(value: float) -> float:

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from inferd.models.gguf_file import VOCABULARY_ARRAYS, GGUFFile
+from inferd.models.gguf_file import GGUFFile, read_gguf_header
 from inferd.models.gguf_vocab import GGUFVocab, build_tokenizer
 from inferd.models.special_tokens import FimTokens
 from inferd.models.tokenizer import Tokenizer
@@ -27,7 +27,7 @@ def load_gguf_tokenizer(model_file: Path) -> Tokenizer:
     inner = load_cached_tokenizer(model_file)
     if inner is not None:
         # Only a rebuild needs the vocabulary's arrays; a cache hit steps over them.
-        metadata = GGUFFile(model_file, skip=VOCABULARY_ARRAYS, tensors=False).metadata
+        metadata = read_gguf_header(model_file).metadata
     else:
         metadata = GGUFFile(model_file, tensors=False).metadata
         log.info("building the tokenizer of %s from its GGUF vocabulary", model_file)

@@ -15,7 +15,7 @@ from gguf_models import MODELS, converter_rope_freqs, hf_pieces, write_gguf
 
 from inferd.models.gguf import GGUFError, iter_gguf_tensors, read_gguf_config
 from inferd.models.gguf_dequant import float32_to_bfloat16_bits
-from inferd.models.gguf_file import VOCABULARY_ARRAYS, GGUFFile
+from inferd.models.gguf_file import VOCABULARY_ARRAYS, GGUFFile, read_gguf_header
 from inferd.models.gguf_rope import llama3_scaling_from_rope_freqs
 
 
@@ -109,6 +109,19 @@ def test_header_reader_agrees_with_gguf_reader(tmp_path):
             assert np.float32(ours.metadata[key]) == np.float32(value), key
         else:
             assert ours.metadata[key] == value, key
+
+
+def test_the_header_is_parsed_once_per_version_of_the_file(tmp_path):
+    cfg, _, _, state = hf_pieces("gemma3")
+    path = tmp_path / "gemma3.gguf"
+    write_gguf(path, "gemma3", cfg, state)
+    first = read_gguf_header(path)
+    assert read_gguf_header(path) is first
+    assert "tokenizer.ggml.tokens" not in first.metadata and first.tensors
+    write_gguf(path, "gemma3", cfg, state, {"model.layers.0.mlp.up_proj.weight": Q.F16})
+    rewritten = read_gguf_header(path)
+    assert rewritten is not first
+    assert rewritten.tensors["blk.0.ffn_up.weight"].qtype == Q.F16
 
 
 def test_skipped_arrays_keep_their_lengths(tmp_path):
