@@ -45,7 +45,8 @@ async def rerank(state, requested: str | None, query: str, documents: Sequence[s
     if pooled.pooling == "none":
         raise BadRequest(f"model {served.name!r} is served with --pooling none and has no vector to compare; "
                          "serve it with --pooling mean, cls or last", param="model", code="model_not_supported")
-    ids = await off_loop(tokenize_inputs, pooled, [query, *documents], truncate, "documents")
+    ids = await off_loop(tokenize_inputs, pooled, [query], truncate, "query")
+    ids += await off_loop(tokenize_inputs, pooled, documents, truncate, "documents")
     vectors = np.stack(await run_pooled(pooled, [PooledInput(i) for i in ids]))
     vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     return Ranking(served.name, "cosine", (vectors[1:] @ vectors[0]).tolist(), sum(map(len, ids)))

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from inferd.api.ollama.protocol import OllamaModel
 from inferd.serving.embeddings import embed
+from inferd.serving.served_models import EMBED
 
 
 class EmbedRequest(OllamaModel):
@@ -43,7 +44,7 @@ async def create_embed(state, req: EmbedRequest) -> dict:
 
 async def create_embeddings(state, req: EmbeddingsRequest) -> dict:
     if not req.prompt:  # as Ollama answers an empty prompt
-        state.served.pick(req.model, "embed")
+        state.served.pick(req.model, EMBED)
         return {"embedding": []}
     result = await embed(state, req.model, [req.prompt], truncate=True, param="prompt")
     return {"embedding": result.vectors[0].tolist()}
