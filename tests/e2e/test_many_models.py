@@ -1,0 +1,106 @@
+"""One `inferd serve` for several models against a real process: the tiny model
+as its own (--model), a tiny Llama named with a further --model and another
+(other weights) only in its store, loaded on demand with --max-loaded-models 1, so the
+two on-demand models evict each other. Driven by the OpenAI and Ollama SDKs
+and by `inferd ps` / `inferd stop`."""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from server import TINY_CTX, ServerProcess
+from tiny_models import write_tiny_model
+
+openai = pytest.importorskip("openai")
+ollama = pytest.importorskip("ollama")
+
+PROMPT = [{"role": "user", "content": "Say something."}]
+
+
+@pytest.fixture(scope="module")
+def many(tiny_model_dir, server_logs, tmp_path_factory):
+    from inferd.model_store import ModelStore
+    from inferd.model_store.importing import import_model
+
+    data = tmp_path_factory.mktemp("many-models")
+    store = ModelStore(data / "models")
+    for name, seed in (("tiny-b", 1), ("tiny-c", 2)):
+        import_model(store, write_tiny_model(tmp_path_factory.mktemp(name), arch="llama", seed=seed), name=name)
+    server = ServerProcess(tiny_model_dir, port=0, parallel=2, ctx_size=TINY_CTX, metrics=True,
+                           log_path=server_logs / "many-models.log",
+                           extra_args=["--data-dir", str(data), "--model", "tiny-b", "--max-loaded-models", "1"])
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def client(many):
+    with many.openai() as c:
+        yield c
+
+
+def answer(client, model: str) -> tuple[str, str]:
+    r = client.chat.completions.create(model=model, messages=PROMPT, max_tokens=8, temperature=0)
+    return r.model, r.choices[0].message.content
+
+
+def unloads(many, reason: str) -> float:
+    text = httpx.get(f"{many.base_url}/metrics").text
+    return float(re.search(rf'inferd_model_unloads_total{{reason="{reason}"}} (\S+)', text)[1])
+
+
+def ps_names(sdk) -> list[str]:
+    return [m.model for m in sdk.ps().models]
+
+
+def test_interleaved_requests_each_get_their_own_models_output(many, client):
+    names = [many.model_name, "tiny-b", "tiny-c"]
+    alone = {name: answer(client, name) for name in names}
+    assert [model for model, _ in alone.values()] == names
+    assert len({text for _, text in alone.values()}) == 3  # three different weights, three answers
+    evicted = unloads(many, "evicted")
+    order = names * 4  # the two on-demand models take turns in one slot: each waits for the other's requests
+    with ThreadPoolExecutor(6) as pool:
+        together = list(pool.map(lambda name: answer(client, name), order))
+    assert together == [alone[name] for name in order]
+    assert unloads(many, "evicted") > evicted
+
+
+def test_an_unknown_model_is_404_naming_every_model_in_each_dialect(many, client):
+    with pytest.raises(openai.NotFoundError) as error:
+        client.chat.completions.create(model="nope", messages=PROMPT, max_tokens=2)
+    message = error.value.body["message"]
+    assert "'nope'" in message and all(f"'{n}'" in message for n in (many.model_name, "tiny-b", "tiny-c"))
+    r = httpx.post(f"{many.base_url}/api/chat", json={"model": "nope", "messages": PROMPT})
+    assert r.status_code == 404 and '"tiny-c"' in r.json()["error"]
+
+
+def test_ollama_ps_keep_alive_zero_and_inferd_ps_stop(many, capsys):
+    from inferd.cli import main
+
+    sdk = ollama.Client(host=many.base_url)
+    sdk.generate(model="tiny-c", prompt="hi", options={"num_predict": 2})
+    running = {m.model: m for m in sdk.ps().models}
+    assert list(running) == [many.model_name, "tiny-c"]  # its own model first
+    assert running["tiny-c"].context_length == TINY_CTX and running["tiny-c"].size > 0
+    assert running["tiny-c"].expires_at.year < 9999 and running[many.model_name].expires_at.year == 9999
+
+    sdk.generate(model="tiny-c", prompt="hi", options={"num_predict": 2}, keep_alive=0)
+    assert ps_names(sdk) == [many.model_name]
+
+    assert sdk.generate(model="tiny-b").done_reason == "load"  # no prompt: Ollama's way to load
+    assert ps_names(sdk) == [many.model_name, "tiny-b"]
+    assert main(["ps", "--url", many.base_url]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["NAME", "SIZE", "CONTEXT", "UNTIL"] and table[2].startswith("tiny-b ")
+    assert table[1].endswith("Forever") and table[2].endswith("minutes from now")
+    assert main(["stop", "tiny-b", "--url", many.base_url]) == 0
+    assert ps_names(sdk) == [many.model_name]
+    assert main(["stop", many.model_name, "--url", many.base_url]) == 1
+    assert "the server's own model" in capsys.readouterr().err
+    assert unloads(many, "requested") == 2
