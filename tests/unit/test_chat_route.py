@@ -40,7 +40,7 @@ MESSAGES = [{"role": "developer", "content": "be brief"}, {"role": "user", "cont
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        ({}, "[system]be brief[user]hi|thinking=unset"),
+        ({}, "[system]be brief[user]hi|thinking=True"),  # a template that reads it thinks unless told not to
         ({"chat_template_kwargs": {"enable_thinking": False}}, "[system]be brief[user]hi|thinking=False"),
         ({"extra_body": {"chat_template_kwargs": {"enable_thinking": True}}}, "[system]be brief[user]hi|thinking=True"),
     ],

@@ -255,8 +255,6 @@ def test_priority_header_is_checked(app):
 
 
 @pytest.mark.parametrize(("body", "message", "param"), [
-    ({"prompt": "abc", "n_predict": 200}, "the context size is 128 tokens (--ctx-size), but 204 were requested "
-     "(4 in the prompt, 200 to generate); lower n_predict to at most 124", None),
     ({"prompt": "abc", "n_predict": 0}, "n_predict 0 (evaluate the prompt only) is not supported; "
      "set n_predict to -1 or at least 1", "n_predict"),
     ({"prompt": "abc", "temperature": 5}, "temperature must be in [0, 2], got 5.0", "temperature"),
@@ -265,7 +263,7 @@ def test_priority_header_is_checked(app):
      "logit_bias"),
     ({"prompt": []}, "prompt must not be an empty list; send text or token ids", "prompt"),
     ({"prompt": [999]}, "prompt token id 999 is outside the vocabulary [0, 272)", None),
-    ({"prompt": {"prompt_string": "abc"}}, "prompt: Value error, prompt must be text, a list of token ids and text, "
+    ({"prompt": {"image": "abc"}}, "prompt: Value error, prompt must be text, a list of token ids and text, "
      "or a list of such prompts (JSON objects, such as multimodal prompts, are not supported)", "prompt"),
     ({"prompt": "abc", "n_probs": 21}, "n_probs: Input should be less than or equal to 20", "n_probs"),
 ])
@@ -274,6 +272,16 @@ def test_bad_input_is_a_400_and_the_server_keeps_serving(app, body, message, par
     assert r.status_code == 400
     assert r.json() == {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}}
     assert post(app, "/completion", {"prompt": "abc", "n_predict": 1, **GREEDY}).status_code == 200
+
+
+def test_a_prompt_past_the_context_is_llama_servers_context_error(app):
+    r = post(app, "/completion", {"prompt": "abc", "n_predict": 200})
+    assert r.status_code == 400
+    assert r.json() == {"error": {
+        "message": "the request exceeds the available context size: the context size is 128 tokens (--ctx-size), "
+                   "but 204 were requested (4 in the prompt, 200 to generate); lower n_predict to at most 124",
+        "type": "exceed_context_size_error", "param": None, "code": "context_length_exceeded",
+        "n_prompt_tokens": 4, "n_ctx": 128}}
 
 
 # -- /tokenize, /detokenize ------------------------------------------------

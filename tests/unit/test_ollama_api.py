@@ -24,7 +24,7 @@ from served import client, served, small_config
 TEMPLATE = (
     "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"
     "{% if tools %}[tools={{ tools | length }}]{% endif %}"
-    "|thinking={{ enable_thinking | default('unset') }}[assistant]"
+    "|thinking={{ enable_thinking | default('unset') }}[assistant]"  # true unless a request says: it reads it
 )
 CTX = 128
 GREEDY = {"temperature": 0}
@@ -88,7 +88,7 @@ def test_chat_streams_ndjson_ending_with_the_counts(server):
     assert all(p["message"]["role"] == "assistant" for p in parts)
     check_final(final)
     assert final["message"] == {"role": "assistant", "content": ""}
-    assert final["prompt_eval_count"] == prompt_tokens(state, "[user]hi|thinking=unset[assistant]")
+    assert final["prompt_eval_count"] == prompt_tokens(state, "[user]hi|thinking=True[assistant]")
     assert final["eval_count"] == 5
     assert final["done_reason"] == "length"
 
@@ -103,13 +103,13 @@ def test_chat_streams_ndjson_ending_with_the_counts(server):
 def test_num_predict_minus_one_runs_until_the_context_is_full(server):
     state, app = server.state, server.app
     body = call(app, "POST", "/api/chat", chat_body(stream=False, options={**GREEDY, "num_predict": -1})).json()
-    prompt = prompt_tokens(state, "[user]hi|thinking=unset[assistant]")
+    prompt = prompt_tokens(state, "[user]hi|thinking=True[assistant]")
     assert (body["prompt_eval_count"], body["eval_count"], body["done_reason"]) == (prompt, CTX - prompt, "length")
 
 
 def test_num_ctx_smaller_than_the_servers_bounds_the_answer(server):
     state, app = server.state, server.app
-    prompt = prompt_tokens(state, "[user]hi|thinking=unset[assistant]")
+    prompt = prompt_tokens(state, "[user]hi|thinking=True[assistant]")
     small = call(app, "POST", "/api/chat", chat_body(stream=False, options={**GREEDY, "num_ctx": prompt + 3})).json()
     assert (small["eval_count"], small["done_reason"]) == (3, "length")
     large = call(app, "POST", "/api/chat", chat_body(stream=False, options={**GREEDY, "num_ctx": 100_000, "num_predict": 4}))
@@ -216,7 +216,7 @@ def test_generate_puts_system_before_the_prompt_through_the_template(server):
     assert all(set(p) == {"model", "created_at", "response", "done"} and p["done"] is False for p in parts)
     check_final(final)
     assert final["response"] == ""
-    assert final["prompt_eval_count"] == prompt_tokens(state, "[system]be brief[user]hi|thinking=unset[assistant]")
+    assert final["prompt_eval_count"] == prompt_tokens(state, "[system]be brief[user]hi|thinking=True[assistant]")
     assert final["eval_count"] == 3
     assert len(final["context"]) == final["prompt_eval_count"] + 3
 

@@ -18,10 +18,12 @@ from inferd.api.llamacpp.results import final_fields, visible_tokens
 from inferd.api.llamacpp.sampling import (
     generation_settings,
     in_llama_terms,
+    llama_words,
     sampling_params,
 )
 from inferd.engine.outputs import RequestOutput, TokenLogprobs
 from inferd.engine.sampling_params import SamplingParams
+from inferd.http.errors import ContextSizeExceeded
 from inferd.http.sse import sse, sse_response
 from inferd.serving.admission import admit
 from inferd.serving.generation import (
@@ -67,6 +69,9 @@ async def run_completion(state: ServerState, req: GenerationFields, prompts: lis
         generation = submit(engine, submission, prompts, [dataclasses.replace(params) for _ in prompts], constraints)
     except ValueError as e:
         raise in_llama_terms(e) from None
+    except ContextSizeExceeded as e:
+        e.message = llama_words(e.message)
+        raise
     answer = _Answer(state, req, params, prompts)
     if req.stream:
         return sse_response(answer.stream(generation))

@@ -105,8 +105,13 @@ def generation_settings(req: GenerationFields, params: SamplingParams) -> dict:
     }
 
 
+def llama_words(text: str) -> str:
+    """Engine parameter names in `text` as this API spells them."""
+    return _ENGINE_NAME.sub(lambda m: LLAMA_NAMES[m[1]], text)
+
+
 def in_llama_terms(error: ValueError) -> BadRequest:
     """An engine validation error, with its parameter names as this API spells them."""
-    message = _ENGINE_NAME.sub(lambda m: LLAMA_NAMES[m[1]], str(error))
+    message = llama_words(str(error))
     field = getattr(error, "field", None)
     return BadRequest(message, param=LLAMA_NAMES.get(field, field))
