@@ -83,5 +83,6 @@ def test_the_router_lists_its_fleet_and_their_models(router, workers, client):
     assert sorted(fleet) == sorted(w.base_url for w in workers)
     assert {(w["state"], w["model"], w["source"]) for w in fleet.values()} == \
         {("ready", workers[0].model_name, "static")}
-    assert [m.id for m in client.models.list()] == [ALIAS]  # --alias renames the served model
+    # --alias renames the served model; the bundled model is in the workers' store, loaded on demand
+    assert [m.id for m in client.models.list()] == [ALIAS, "gemma-3-270m"]
     assert router.health().json() == {"status": "ok", "workers": 2}
