@@ -24,13 +24,19 @@ COMPLETIONS = "/v1/completions"
 JSON_HEADERS = {"content-type": "application/json"}
 
 
+# llama-server's context error: its type, and the numbers clients trim a conversation by.
+CONTEXT_ERROR = "exceed_context_size_error"
+
+
 def assert_error(r: httpx.Response, status: int, type_: str, param: str | None = None) -> str:
-    """An OpenAI error envelope with exactly its four fields; returns the message."""
+    """An OpenAI error envelope with exactly its four fields (and the context error's
+    two numbers); returns the message."""
     assert r.status_code == status, r.text
     assert r.headers["content-type"].startswith("application/json")
     body = r.json()
     assert set(body) == {"error"}
-    assert set(body["error"]) == {"message", "type", "param", "code"}
+    numbers = {"n_prompt_tokens", "n_ctx"} if type_ == CONTEXT_ERROR else set()
+    assert set(body["error"]) == {"message", "type", "param", "code"} | numbers
     assert body["error"]["type"] == type_
     assert body["error"]["param"] == param
     assert isinstance(body["error"]["message"], str) and body["error"]["message"]
@@ -121,7 +127,8 @@ def test_prompt_plus_max_tokens_beyond_the_context_is_400_naming_the_numbers(htt
     mark = tiny_server.log_mark()
     r = http.post(path, json={**body, "max_tokens": TINY_CTX, "temperature": 0, "stream": stream})
     # Refused before the first token: a plain JSON error even when a stream was asked for.
-    message = assert_error(r, 400, "invalid_request_error")
+    message = assert_error(r, 400, CONTEXT_ERROR)
+    assert (r.json()["error"]["n_prompt_tokens"], r.json()["error"]["n_ctx"]) == (prompt, TINY_CTX)
     assert f"the context size is {TINY_CTX} tokens" in message
     assert f"but {prompt + TINY_CTX} were requested ({prompt} in the prompt, {TINY_CTX} to generate)" in message
     assert f"lower max_tokens to at most {TINY_CTX - prompt}" in message
@@ -132,7 +139,8 @@ def test_prompt_plus_max_tokens_beyond_the_context_is_400_naming_the_numbers(htt
 def test_a_prompt_longer_than_the_context_is_400(http, tiny_server):
     mark = tiny_server.log_mark()
     r = http.post(COMPLETIONS, json={"prompt": "a" * 300, "max_tokens": 1})
-    message = assert_error(r, 400, "invalid_request_error")
+    message = assert_error(r, 400, CONTEXT_ERROR)
+    assert (r.json()["error"]["n_prompt_tokens"], r.json()["error"]["n_ctx"]) == (301, TINY_CTX)
     assert f"the prompt has 301 tokens but the context size is {TINY_CTX}" in message
     assert_still_serving(http)
     assert_no_traceback(tiny_server, mark)
@@ -152,7 +160,7 @@ def test_the_largest_request_that_fits_the_context_runs(http):
         (CHAT, {**CHAT_OK, "model": "nope"}, 404, "not_found_error", "model"),
         (CHAT, {**CHAT_OK, "n": 9}, 400, "invalid_request_error", "n"),
         (CHAT, {**CHAT_OK, "temperature": -1}, 400, "invalid_request_error", "temperature"),
-        (COMPLETIONS, {"prompt": "a" * 300}, 400, "invalid_request_error", None),
+        (COMPLETIONS, {"prompt": "a" * 300}, 400, CONTEXT_ERROR, None),
     ],
     ids=["unknown-model", "n-9", "bad-temperature", "prompt-too-long"],
 )
@@ -231,7 +239,7 @@ def test_port_zero_serves_on_the_port_the_log_names(tiny_server, http):
     assert served == [
         {"id": name, "object": "model", "created": served[0]["created"], "owned_by": "inferd",
          "max_model_len": TINY_CTX, "loaded": True, "capabilities": served[0]["capabilities"]}
-        for name in (tiny_server.model_name, ALIAS)
+        for name in (ALIAS,)  # --alias renames the served model
     ]
     assert served[0]["capabilities"][:2] == ["completion", "chat"]
 
