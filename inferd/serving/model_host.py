@@ -97,9 +97,9 @@ class ModelHost:
         self.unloads: dict[str, int] = {}
         self._room = asyncio.Lock()
         self._sweeper: asyncio.Task | None = None
-        default = parse_keep_alive(config.keep_alive)
+        self.keep_alive = parse_keep_alive(config.keep_alive)
         for model in models:
-            model.keep_alive = default
+            model.keep_alive = self.keep_alive
 
     # -- the roster ------------------------------------------------------------
     def names(self) -> list[str]:
@@ -129,8 +129,8 @@ class ModelHost:
         except BaseException:
             model.leases -= 1
             raise
-        if keep_alive != "default":
-            model.keep_alive = keep_alive
+        # Each request sets how long the model stays after it, as in Ollama: its own keep_alive or the server's.
+        model.keep_alive = self.keep_alive if keep_alive == "default" else keep_alive
         model.last_used = time.time()
         return model.chat
 

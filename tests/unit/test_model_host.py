@@ -168,13 +168,16 @@ def test_keep_alive_zero_unloads_when_the_request_ends_and_expiry_unloads_idle_m
         host = _Host(models(10, 10), keep_alive="150ms")
         await use(host, "m0", keep_alive=0)
         after_zero = loaded(host)
+        await use(host, "m0")  # a request without keep_alive has the server's again
+        assert (loaded(host), host.find("m0").keep_alive) == (["m0"], 0.15)
+        await host.unload(host.find("m0"), "requested")
         await use(host, "m1")
         await asyncio.sleep(0.05)
         kept = loaded(host)
         await asyncio.sleep(0.6)  # past 150 ms, and a sweep
         return after_zero, kept, loaded(host), host.unloads
 
-    assert asyncio.run(go()) == ([], ["m1"], [], {"requested": 1, "expired": 1})
+    assert asyncio.run(go()) == ([], ["m1"], [], {"requested": 2, "expired": 1})
 
 
 def test_keep_alive_forever_keeps_a_model_past_the_default():
