@@ -79,6 +79,12 @@ def chat_template_for(tokenizer: Tokenizer, override: str | None = None) -> Chat
             source = override
         elif Path(override).is_file():
             source = Path(override).read_text()
+        elif override in LLAMA_CPP_BUILTINS:
+            raise TemplateError(
+                f"--chat-template {override!r} is one of llama-server's built-in templates, which inferd does not "
+                f"bundle; give the model's template as a file (--chat-template-file) or as text, or use one of "
+                f"inferd's: {', '.join(BUILTIN_TEMPLATES)}"
+            )
         else:
             raise TemplateError(
                 f"--chat-template {override!r} is neither a built-in ({', '.join(BUILTIN_TEMPLATES)}), "
@@ -89,6 +95,16 @@ def chat_template_for(tokenizer: Tokenizer, override: str | None = None) -> Chat
     else:
         name, source = "transcript", BUILTIN_TEMPLATES["transcript"]
     return ChatTemplate(source, tokenizer.bos_token, tokenizer.eos_token, stop=BUILTIN_STOPS.get(name, ()))
+
+
+# llama-server's built-in template names beyond those inferd bundles under the same name,
+# so a command line naming one is told what to do instead of "not a file".
+LLAMA_CPP_BUILTINS = frozenset((
+    "bailing bailing-think bailing2 chatglm3 chatglm4 command-r deepseek deepseek2 deepseek3 exaone3 exaone4 "
+    "falcon3 gigachat glmedge gpt-oss granite hunyuan-dense hunyuan-moe kimi-k2 llama2 llama2-sys llama2-sys-bos "
+    "llama2-sys-strip llama4 megrez minicpm mistral-v1 mistral-v3 mistral-v3-tekken mistral-v7 mistral-v7-tekken "
+    "monarch openchat orion phi3 phi4 rwkv-world seed_oss smolvlm vicuna vicuna-orca yandex zephyr"
+).split())
 
 
 def _is_template_text(value: str) -> bool:

@@ -189,3 +189,16 @@ def test_an_address_in_use_is_named():
             bind_all(["::1", "127.0.0.1"], port)
     finally:
         taken.close()
+
+
+@pytest.mark.parametrize("value, message", [
+    ("mistral-v7", "one of llama-server's built-in templates, which inferd does not bundle"),
+    ("{% for m in messages %}", "the chat template does not compile"),
+    ("no-such-template", "is neither a built-in (transcript, gemma, chatml, llama3), a file, nor Jinja template text"),
+])
+def test_an_unusable_chat_template_stops_start_up_before_loading(value, message):
+    from inferd.commands.serve import check_chat_template
+
+    with pytest.raises(SystemExit, match=message.replace("(", r"\(").replace(")", r"\)")):
+        check_chat_template(ServeConfig(chat_template=value))
+    check_chat_template(ServeConfig(chat_template="{{ messages[0].content }}"))  # template text is one
