@@ -46,22 +46,31 @@ def build_host(state: ServerState) -> ModelHost | None:
     config = state.config
     budget = memory_budget(config)
     own = _path_of(config.model, config.data_dir)
-    seen, models = {own}, []
+    by_path: dict[Path, HostedModel] = {}  # names whose bytes are one model share its entry: one load, one engine
+
+    def add(names: list[str], source: str, path: Path, size: int) -> None:
+        taken = {n for m in by_path.values() for n in m.names} | set(state.served_names)
+        names = [n for n in dict.fromkeys(names) if n not in taken]
+        if not names:
+            return
+        if path == own:
+            state.same_model_names.extend(names)
+        elif path in by_path:
+            by_path[path].aliases += tuple(names)
+        else:
+            by_path[path] = HostedModel(names[0], source, size, aliases=tuple(names[1:]))
+
     for source in config.models[1:]:
         name, path = resolve_model_path(source, config.data_dir)
-        if path.resolve() not in seen:
-            seen.add(path.resolve())
-            models.append(HostedModel(name, source, _bytes(path)))
+        add([name], source, path.resolve(), _bytes(path))
     for manifest in _stored(config.data_dir):
         if not {"chat", "completion"} & set(manifest.capabilities):
             continue  # an embedding model: served with --embedding-model
         path = _stored_path(config.data_dir, manifest)
-        taken = {n for m in models for n in m.names} | set(state.served_names)
-        if path is None or path.resolve() in seen or manifest.model_name.short in taken:
-            continue
-        seen.add(path.resolve())
-        name = manifest.model_name
-        models.append(HostedModel(name.short, name.full, manifest.size, aliases=(name.full,)))
+        if path is not None:
+            name = manifest.model_name
+            add([name.short, name.full], name.full, path.resolve(), manifest.size)
+    models = list(by_path.values())
     if len(config.models) > 1 and config.default_model is None:
         state.served.strict = True  # several models named: a name none of them has is a 404, not the first model
     known = {*state.served_names, *(n for m in models for n in m.names)}

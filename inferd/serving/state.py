@@ -74,6 +74,7 @@ class ServerState:
     load_failed: bool = False
     own_name: str = ""  # the model's name before --alias renamed it
     host: object | None = None  # serving.model_host.ModelHost: the models loaded on demand beside this one
+    same_model_names: list[str] = field(default_factory=list)  # stored names for this model's very bytes
 
     # The chat model's parts. A request for a model loaded on demand sees that model's
     # (serving.model_host: `use_model` sets it for the request); every other request the server's own.
@@ -123,11 +124,11 @@ class ServerState:
         chosen = current_model(self)
         if chosen is not None:
             return list(chosen.names)
-        return list(dict.fromkeys([self.model_name, *self.config.alias, self.own_name]))
+        return list(dict.fromkeys([self.model_name, *self.config.alias, self.own_name, *self.same_model_names]))
 
     def every_name(self) -> list[str]:
         """What a 404 lists: the server's own model, then every model it loads on demand."""
-        own = list(dict.fromkeys([self.model_name, *self.config.alias, self.own_name]))
+        own = list(dict.fromkeys([self.model_name, *self.config.alias, self.own_name, *self.same_model_names]))
         return own + ([n for n in self.host.names() if n not in own] if self.host is not None else [])
 
     def reported_model(self, requested: str | None) -> str:
