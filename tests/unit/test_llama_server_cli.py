@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from inferd.chat.template import TemplateError, chat_template_for
 from inferd.cli import build_parser
 from inferd.cli_llama import log_ignored, normalized
 from inferd.cli_options import build
@@ -196,9 +197,10 @@ def test_an_address_in_use_is_named():
     ("{% for m in messages %}", "the chat template does not compile"),
     ("no-such-template", "is neither a built-in (transcript, gemma, chatml, llama3), a file, nor Jinja template text"),
 ])
-def test_an_unusable_chat_template_stops_start_up_before_loading(value, message):
-    from inferd.commands.serve import check_chat_template
-
-    with pytest.raises(SystemExit, match=message.replace("(", r"\(").replace(")", r"\)")):
-        check_chat_template(ServeConfig(chat_template=value))
-    check_chat_template(ServeConfig(chat_template="{{ messages[0].content }}"))  # template text is one
+def test_an_unusable_chat_template_is_refused_without_a_model(value, message):
+    # What `inferd serve` checks before any weights load (commands/serve.py check_chat_template).
+    no_model = SimpleNamespace(chat_template=None, bos_token=None, eos_token=None)
+    with pytest.raises(TemplateError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        chat_template_for(no_model, value)
+    text = chat_template_for(no_model, "{{ messages[0].content }}!")  # template text is one
+    assert text.render([{"role": "user", "content": "hi"}]) == "hi!"
