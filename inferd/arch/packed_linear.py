@@ -14,6 +14,17 @@ from torch import nn
 # The row count the layout is tuned for; one layout serves every row count
 # (measured: tuning for 8 rows is as fast at 1 and at 512 as tuning for those).
 _LAYOUT_ROWS = 8
+# oneDNN builds a primitive per row count (~2 ms, ~0.3 MB kept in a capped cache):
+# decode batches keep their exact size, longer inputs are rounded up to one of
+# eight sizes per doubling, so a prefill rarely builds one and never more than 1/8 extra rows.
+EXACT_ROWS = 8
+
+
+def padded_rows(rows: int) -> int:
+    if rows <= EXACT_ROWS:
+        return rows
+    granule = max(16, 1 << (rows.bit_length() - 4))
+    return -(-rows // granule) * granule
 
 
 def can_pack(dtype: torch.dtype, device: torch.device) -> bool:
@@ -31,7 +42,13 @@ class PackedLinear(nn.Module):
         self.bias = None if bias is None else bias.detach()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        rows = x.numel() // self.in_features
+        padded = padded_rows(rows)
+        if padded == rows:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        flat = torch.nn.functional.pad(x.reshape(rows, self.in_features), (0, 0, 0, padded - rows))
+        out = torch.ops.mkldnn._linear_pointwise(flat, self.packed, self.bias, "none", [], "")
+        return out[:rows].view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, packed"

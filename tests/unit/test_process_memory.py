@@ -21,7 +21,7 @@ def test_the_onednn_primitive_cache_is_capped_unless_set(monkeypatch):
 def test_the_packed_matmul_cache_is_capped_unless_set(monkeypatch):
     monkeypatch.delenv("LRU_CACHE_CAPACITY", raising=False)
     process_memory.bound_process_memory()
-    assert os.environ["LRU_CACHE_CAPACITY"] == "128"
+    assert os.environ["LRU_CACHE_CAPACITY"] == "256"
     monkeypatch.setenv("LRU_CACHE_CAPACITY", "1024")
     process_memory.bound_process_memory()
     assert os.environ["LRU_CACHE_CAPACITY"] == "1024"
