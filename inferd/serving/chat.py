@@ -70,7 +70,7 @@ async def submit_chat(state: ServerState, req: ChatCompletionRequest, raw: Reque
         p.max_pattern_size, p.min_count = req.max_pattern_size, req.min_count
         params.append(p)
     constraints = [state.grammar.constraint(spec) if spec else None for _ in range(req.n)]
-    await admit(req.model or state.model_name, [prompt_ids] * req.n, params, engine.engine.max_model_len)
+    await admit(state.reported_model(req.model), [prompt_ids] * req.n, params, engine.engine.max_model_len)
     request_id = new_id(id_prefix)
     submission = Submission(request_id, request_priority(raw), req.cache_prompt, req.cache_salt, started)
     generation = submit(engine, submission, [prompt_ids] * req.n, params, constraints)

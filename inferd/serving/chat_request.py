@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from inferd.http.errors import BadRequest
 from inferd.http.wire import WireModel
@@ -21,6 +21,13 @@ def _check_template_variables(variables: dict) -> None:
         if name in variables:
             raise ValueError(f"chat_template_kwargs may not set {name!r}: the server sets it from the request's "
                              f"own fields; remove it")
+
+
+def loop_guard_fields(body: BaseModel | None) -> dict[str, Any]:
+    """The loop guard (max_pattern_size, min_count) as a dialect without those fields of
+    its own carries them (Anthropic, Responses, Ollama's options): unknown fields of its body."""
+    extra = (body.model_extra or {}) if body is not None else {}
+    return {name: extra[name] for name in ("max_pattern_size", "min_count") if name in extra}
 
 
 class StreamOptions(WireModel):

@@ -156,6 +156,16 @@ def test_any_model_name_goes_to_the_one_model_served(http, asked, reported):
     ("loop-guard-on-completions", "POST", "/v1/completions",
      {"json": {"prompt": "Hi", "max_pattern_size": 2, "min_count": 1}},
      400, lambda r: "loop guard" in r.json()["error"]["message"]),
+    ("loop-guard-on-messages", "POST", "/v1/messages",
+     {"json": {"messages": HELLO, "max_tokens": 4, "max_pattern_size": 2, "min_count": 1}},
+     400, lambda r: "loop guard" in r.json()["error"]["message"]),
+    ("loop-guard-on-responses", "POST", "/v1/responses",
+     {"json": {"input": "Hi", "max_output_tokens": 4, "max_pattern_size": 2, "min_count": 1}},
+     400, lambda r: "loop guard" in r.json()["error"]["message"]),
+    ("loop-guard-on-ollama", "POST", "/api/generate",
+     {"json": {"model": "tiny-llama", "prompt": "Hi", "stream": False,
+               "options": {"num_predict": 4, "max_pattern_size": 2, "min_count": 1}}},
+     400, lambda r: "loop guard" in r.json()["error"]),
 ])
 def test_http_behaviour(http, name, method, path, kwargs, status, check):
     r = http.request(method, path, **kwargs)

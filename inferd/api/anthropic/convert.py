@@ -9,7 +9,7 @@ from inferd.api.anthropic.protocol import (
     CountTokensRequest, ImageBlock, InputMessage, MessagesRequest, TextBlock, ThinkingBlock, ToolResultBlock,
     ToolUseBlock,
 )
-from inferd.serving.chat_request import ChatCompletionRequest
+from inferd.serving.chat_request import ChatCompletionRequest, loop_guard_fields
 from inferd.http.errors import BadRequest
 
 
@@ -22,6 +22,7 @@ def to_chat_request(req: MessagesRequest) -> ChatCompletionRequest:
         "stop": req.stop_sequences or None,
     }
     fields.update(_common_fields(req))
+    fields.update(loop_guard_fields(req))
     if req.thinking is not None and req.thinking.type == "enabled":
         if req.thinking.budget_tokens is None:
             raise BadRequest("thinking.budget_tokens: Field required", param="thinking.budget_tokens")

@@ -16,6 +16,7 @@ from fastapi.responses import StreamingResponse
 
 from inferd.api.ollama.protocol import GenerationRequest
 from inferd.api.ollama.results import StreamedCalls, created_at, final_fields, whole_calls
+from inferd.serving.chat_request import loop_guard_fields
 from inferd.api.ollama.sampling import max_tokens, output_grammar, sampling_params
 from inferd.chat.reasoning import prompt_opens_thinking
 from inferd.engine.outputs import RequestOutput
@@ -52,10 +53,12 @@ async def generate(state: ServerState, req: GenerationRequest, prompt: Prompt, r
     limit = max_tokens(req.options, state.config.default_max_tokens, len(prompt.ids), engine.engine.max_model_len)
     params = sampling_params(req.options, limit, prompt.stop, state.sampling_defaults)
     params.thinking_budget = state.config.reasoning_budget
+    guard = loop_guard_fields(req.options)  # Ollama has no such options: read as extra ones
+    params.max_pattern_size, params.min_count = guard.get("max_pattern_size", 0), guard.get("min_count", 0)
     markers = state.think_markers
     started = markers is not None and prompt_opens_thinking(prompt.text, markers)
     constraint = state.grammar.constraint(spec) if spec else None
-    await admit(req.model or state.model_name, [prompt.ids], [params], engine.engine.max_model_len)
+    await admit(state.reported_model(req.model), [prompt.ids], [params], engine.engine.max_model_len)
     submission = Submission(new_id("ollama"), request_priority(raw), reasoning_started=started)
     generation = submit(engine, submission, [prompt.ids], [params], [constraint])
     output = ChoiceOutput(markers, started, parser)

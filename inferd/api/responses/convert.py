@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferd.serving.chat_request import ChatCompletionRequest
+from inferd.serving.chat_request import ChatCompletionRequest, loop_guard_fields
 from inferd.api.responses.protocol import (
     FunctionCallItem, FunctionCallOutputItem, InputMedia, InputTokensDetails, MessageItem, OutputTokensDetails,
     ReasoningItem, ResponsesRequest, ResponseUsage, new_item_id,
@@ -81,6 +81,7 @@ def to_chat_request(req: ResponsesRequest, conversation: list[dict]) -> ChatComp
         fields["response_format"] = _response_format(req.text.format)
     if req.reasoning is not None and req.reasoning.effort is not None:
         fields["reasoning_effort"] = req.reasoning.effort
+    fields.update(loop_guard_fields(req))
     return ChatCompletionRequest(**{k: v for k, v in fields.items() if v is not None})
 
 
