@@ -9,6 +9,7 @@ taken as JSON when it parses as JSON, as llama-server, Ollama and vLLM do.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -85,7 +86,9 @@ class BodyLimits:
                 break
         body = b"".join(chunks)
         if sniff:
-            if not _is_json(body):
+            # A large body is parsed on a worker thread: the event loop keeps answering meanwhile.
+            is_json = _is_json(body) if len(body) < 65536 else await asyncio.to_thread(_is_json, body)
+            if not is_json:
                 err = UnsupportedMediaType("send the body as JSON with Content-Type: application/json")
                 return await self._reject(scope, receive, send, err)
             scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"content-type"]

@@ -204,3 +204,35 @@ def test_an_unusable_chat_template_is_refused_without_a_model(value, message):
         chat_template_for(no_model, value)
     text = chat_template_for(no_model, "{{ messages[0].content }}!")  # template text is one
     assert text.render([{"role": "user", "content": "hi"}]) == "hi!"
+
+
+@pytest.mark.parametrize("body, media, status", [
+    (b'{"prompt": "' + b"x" * 100_000 + b'"}', "text/plain", 200),  # parsed off the event loop
+    (b'{"prompt": "hi"}', "application/x-www-form-urlencoded", 200),  # curl -d
+    (b"prompt=hi", "application/x-www-form-urlencoded", 415),
+    (b"[" * 100_000 + b"]" * 100_000, "text/plain", 200),  # too deep: the route says so in its words
+])
+def test_a_json_body_is_taken_whatever_its_declared_type(body, media, status):
+    import asyncio
+
+    import httpx
+    from starlette.responses import JSONResponse
+
+    from inferd.http.body_limits import BodyLimits
+    from inferd.http.errors import error_response
+
+    async def app(scope, receive, send):
+        headers = dict(scope["headers"])
+        await JSONResponse({"type": headers[b"content-type"].decode()})(scope, receive, send)
+
+    limited = BodyLimits(app, max_body_size=2**20, respond=lambda path, err: error_response(err))
+
+    async def go():
+        transport = httpx.ASGITransport(app=limited)
+        async with httpx.AsyncClient(transport=transport, base_url="http://inferd") as client:
+            return await client.post("/completion", content=body, headers={"content-type": media})
+
+    r = asyncio.run(go())
+    assert r.status_code == status
+    if status == 200:
+        assert r.json() == {"type": "application/json"}  # the route reads it as JSON
