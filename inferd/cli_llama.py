@@ -116,8 +116,11 @@ def log_ignored(args: argparse.Namespace) -> None:
 
 def normalized(config):
     """llama-server's values in inferd's terms: -n -1 is no limit; --alias and
-    --cors-origins take comma-separated lists."""
+    --cors-origins take comma-separated lists; --reasoning-format auto is deepseek
+    (reasoning split out wherever the model has thinking markers)."""
     changes = {}
+    if config.reasoning_format == "auto":
+        changes["reasoning_format"] = "deepseek"
     if config.default_max_tokens is not None and config.default_max_tokens < 0:
         changes["default_max_tokens"] = None
     for name in ("alias", "cors_origin"):

@@ -33,8 +33,12 @@ def template_defaults(config) -> dict[str, Any]:
 
 
 def check_chat_defaults(config, model_name: str) -> None:
-    """ValueError naming the option when --chat-template-kwargs or --default-model cannot work."""
+    """ValueError naming the option when --chat-template-kwargs, --default-model or
+    --reasoning-format cannot work."""
     template_defaults(config)
+    if config.reasoning_format not in ("deepseek", "none"):
+        raise ValueError(f"--reasoning-format must be deepseek (or auto, the same) or none, got "
+                         f"{config.reasoning_format!r}")
     default = config.default_model
     if default and not config.embedding_model:
         names = [*config.alias, model_name]

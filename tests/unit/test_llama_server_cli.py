@@ -6,6 +6,7 @@ that need no server (model names, the router's header, listening addresses)."""
 from __future__ import annotations
 
 import logging
+import re
 import socket
 from types import SimpleNamespace
 
@@ -74,6 +75,10 @@ def test_n_predict_minus_one_is_no_limit():
     assert parse(["-n", "-1"])[1].default_max_tokens is None
 
 
+def test_reasoning_format_auto_is_deepseek():
+    assert parse(["--reasoning-format", "auto"])[1].reasoning_format == "deepseek"
+
+
 def test_llama_arg_variables_are_read_and_inferd_ones_win(monkeypatch):
     monkeypatch.setenv("LLAMA_ARG_CTX_SIZE", "1024")
     monkeypatch.setenv("LLAMA_ARG_N_PARALLEL", "2")
@@ -116,9 +121,10 @@ def test_help_documents_the_context_difference(capsys):
     ({"chat_template_kwargs": "[1]"}, "--chat-template-kwargs must be a JSON object"),
     ({"chat_template_kwargs": '{"messages": []}'}, "--chat-template-kwargs may not set messages"),
     ({"default_model": "gpt-4o"}, "--default-model 'gpt-4o' is not served here; it must be one of 'a', 'tiny'"),
+    ({"reasoning_format": "deepseek-legacy"}, "--reasoning-format must be deepseek (or auto, the same) or none"),
 ])
 def test_server_chat_defaults_that_cannot_work_stop_start_up(options, message):
-    with pytest.raises(ValueError, match=message.replace("[", r"\[")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         check_chat_defaults(ServeConfig(alias=["a"], **options), "tiny")
     check_chat_defaults(ServeConfig(alias=["a"], default_model="a"), "tiny")
 
