@@ -115,8 +115,8 @@ def log_ignored(args: argparse.Namespace) -> None:
 
 
 def normalized(config):
-    """llama-server's values in inferd's terms: -n -1 is no limit; --alias and
-    --cors-origins take comma-separated lists; --reasoning-format auto is deepseek
+    """llama-server's values in inferd's terms: -n -1 is no limit; --alias,
+    --cors-origins and --api-key take comma-separated lists; --reasoning-format auto is deepseek
     (reasoning split out wherever the model has thinking markers)."""
     changes = {}
     if config.reasoning_format == "auto":
@@ -126,4 +126,6 @@ def normalized(config):
     for name in ("alias", "cors_origin"):
         items = [item.strip() for value in getattr(config, name) for item in value.split(",")]
         changes[name] = [item for item in items if item]
+    # Empty keys stay, so that `--api-key "$UNSET"` is refused rather than read as no key.
+    changes["api_key"] = [item for value in config.api_key for item in value.split(",")]
     return dataclasses.replace(config, **changes)

@@ -44,7 +44,7 @@ class EngineConfig(ModelOptions, EngineOptions):
 class ServerOptions:
     host: str = option("127.0.0.1", "address to listen on; a path ending in .sock serves on a Unix socket")
     port: int = option(8080, "port to listen on; 0 picks a free one (the log prints it)")
-    api_key: list[str] = option((), "API key clients must send (repeatable)")
+    api_key: list[str] = option((), "API key clients must send (repeatable, or comma-separated)")
     api_key_file: str | None = option(None, "file with one API key per line")
     alias: list[str] = option((), "the name the served model answers to and reports (repeatable or comma-separated; the first is its id, the rest and its own name are also accepted)", short="-a")
     default_model: str | None = option(None, "the model that serves requests naming a model not served here; default: the one model served, unless --strict-model-names")

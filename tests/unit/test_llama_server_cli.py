@@ -75,6 +75,11 @@ def test_n_predict_minus_one_is_no_limit():
     assert parse(["-n", "-1"])[1].default_max_tokens is None
 
 
+def test_api_keys_are_comma_separated_and_an_empty_one_stays_to_be_refused():
+    assert parse(["--api-key", "k1,k2", "--api-key", "k3"])[1].api_key == ["k1", "k2", "k3"]
+    assert parse(["--api-key", ""])[1].api_key == [""]
+
+
 def test_reasoning_format_auto_is_deepseek():
     assert parse(["--reasoning-format", "auto"])[1].reasoning_format == "deepseek"
 
