@@ -11,13 +11,11 @@ _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 1e-6, "µs": 1e-6
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|us|µs|ns|h|m|s)")
 
 
-def parse_keep_alive(value: str | int | float) -> float | None:
+def parse_keep_alive(value: str | float) -> float | None:
     """Seconds, or None (FOREVER) for a negative value; ValueError says what is accepted."""
-    if isinstance(value, bool):
-        raise ValueError(f"keep_alive {value!r} is not a duration")
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return FOREVER if value < 0 else float(value)
-    text = value.strip()
+    text = value.strip() if isinstance(value, str) else repr(value)  # true, a list: not a duration
     try:
         seconds = float(text)
     except ValueError:

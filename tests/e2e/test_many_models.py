@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-
 from server import TINY_CTX, ServerProcess
 from tiny_models import write_tiny_model
 
