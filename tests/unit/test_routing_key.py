@@ -129,7 +129,11 @@ def test_responses_input_string_and_items():
     )
 
 
-@pytest.mark.parametrize("path", ["/v1/embeddings", "/infill", "/health", "/v1/models"])
+def test_embeddings_route_by_their_input():
+    assert text("/v1/embeddings", {"input": "y"}) == "y"
+
+
+@pytest.mark.parametrize("path", ["/infill", "/health", "/v1/models"])
 def test_other_routes_have_no_text(path):
     assert text(path, {"prompt": "x", "input": "y", "messages": [{"role": "user", "content": "z"}]}) == ""
 

@@ -107,9 +107,9 @@ def never_serve(monkeypatch):
 
 
 @pytest.mark.parametrize("broken", ["api_key", "chat_template", "data_dir_file", "corrupt_db"])
-def test_run_serve_stops_at_the_broken_setting(tmp_path, never_serve, broken):
+def test_run_serve_stops_at_the_broken_setting(tmp_path, tiny_model_dir, never_serve, broken):
     data = tmp_path / "data"
-    options = {"model": str(tmp_path), "data_dir": str(data), "port": 0}
+    options = {"model": str(tiny_model_dir), "data_dir": str(data), "port": 0}
     if broken == "api_key":
         options["api_key"] = [""]
     elif broken == "chat_template":
@@ -143,9 +143,9 @@ def taken_port():
     s.close()
 
 
-def test_serve_on_a_taken_port_returns_non_zero(tmp_path, taken_port, monkeypatch):
+def test_serve_on_a_taken_port_returns_non_zero(tmp_path, tiny_model_dir, taken_port, monkeypatch):
     monkeypatch.setattr(serve_command, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
-    assert run_serve(ServeConfig(model=str(tmp_path), data_dir=str(tmp_path / "d"), port=taken_port)) != 0
+    assert run_serve(ServeConfig(model=str(tiny_model_dir), data_dir=str(tmp_path / "d"), port=taken_port)) != 0
 
 
 def test_router_on_a_taken_port_returns_non_zero(taken_port):
