@@ -28,6 +28,7 @@ from inferd.models.loader import load_model
 from inferd.router.app import build_router_app
 from inferd.router.assemble import build_router_state
 from inferd.router.health import check_fleet
+from inferd.server.assemble import attach_jobs, start_jobs
 
 # Examples per operation and mode. The router's generated cases reach the
 # same worker, so it needs fewer; the file stays near a minute on two cores.
@@ -53,6 +54,13 @@ SERVER_OPERATIONS = [
     ("GET", "/api/keys"), ("POST", "/api/keys"), ("PATCH", "/api/keys/{name}"), ("DELETE", "/api/keys/{name}"),
     ("POST", "/api/keys/{name}/rotate"), ("GET", "/api/usage"), ("GET", "/v1/requests"), ("GET", "/v1/requests/{id}"),
     ("POST", "/v1/requests/{id}/cancel"), ("POST", "/v1/requests/{id}/interrupt"),
+    ("GET", "/v1/files"), ("POST", "/v1/files"), ("GET", "/v1/files/{file_id}"), ("DELETE", "/v1/files/{file_id}"),
+    ("GET", "/v1/files/{file_id}/content"), ("GET", "/v1/batches"), ("POST", "/v1/batches"),
+    ("GET", "/v1/batches/{batch_id}"), ("POST", "/v1/batches/{batch_id}/cancel"), ("GET", "/v1/jobs"),
+    ("GET", "/v1/jobs/{job_id}"), ("POST", "/v1/jobs/{job_id}/cancel"), ("GET", "/v1/jobs/{job_id}/events"),
+    ("GET", "/v1/messages/batches"), ("POST", "/v1/messages/batches"), ("GET", "/v1/messages/batches/{batch_id}"),
+    ("DELETE", "/v1/messages/batches/{batch_id}"), ("POST", "/v1/messages/batches/{batch_id}/cancel"),
+    ("GET", "/v1/messages/batches/{batch_id}/results"),
 ]
 # An endless NDJSON stream with no input to vary; tests/unit/test_kv_events_route.py covers it.
 NOT_FUZZED = [("GET", "/v1/kv-events")]
@@ -70,9 +78,17 @@ def worker(tiny_model_dir, tmp_path_factory):
     # Pulls go to an empty hub of the test's own, which knows no repository: never to the network.
     with served(loaded, config) as server, HubServer() as hub, pytest.MonkeyPatch.context() as env:
         env.setenv("HF_ENDPOINT", hub.url)
+        jobs = attach_jobs(server.app, server.state, config.data_dir)  # files, batches and jobs, as serve has them
         thread = ServerThread(server.app).start()
+        thread.call(_start_jobs(server))
         yield thread
+        thread.call(jobs.runner.stop())
         thread.stop()
+        jobs.close()
+
+
+async def _start_jobs(server) -> None:
+    start_jobs(server.app, server.state)
 
 
 @pytest.fixture(scope="module")

@@ -105,7 +105,7 @@ async def retrieve_batch(batch_id: str, plane: JobPlane = Depends(get_plane)):
 @router.post("/v1/batches/{batch_id}/cancel")
 async def cancel_batch(batch_id: str, plane: JobPlane = Depends(get_plane)):
     job = await find_batch(plane, batch_id)
-    if not await plane.runner.cancel(job.id) and job.state != "cancelled":
+    if not await plane.runner.cancel(job.id):
         raise BadRequest(f"batch {job.id} has already ended ({job.state}); only a running batch can be cancelled",
                          code="batch_not_cancellable")
     return batch_object(await find_batch(plane, batch_id))

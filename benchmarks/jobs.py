@@ -1,0 +1,170 @@
+"""Batch throughput against `inferd bench` at the same concurrency, and an
+interactive request's time to first token with and without a batch running.
+
+    python benchmarks/jobs.py [--parallel 4] [--threads 2] [--requests 48] [--input-len 64] [--output-len 32]
+                              [--rounds 2] [--ttft-batch 200] [--ttft-samples 8]
+
+One `inferd serve` of the bundled model (fresh data dir) serves both sides:
+- throughput: `inferd bench --dataset random --max-concurrency PARALLEL`
+  (streamed /v1/completions, ignore_eos) against a batch of as many
+  /v1/completions items of the same lengths (a different seed each run, so
+  neither gains from the other's prefix cache), timed from
+  POST /v1/batches to status completed; bench and batch alternate, ROUNDS
+  times each;
+- interactive TTFT: a streamed chat request (16-token prompt, 8 tokens out)
+  sent one at a time, idle and while a TTFT_BATCH-item batch runs (the batch
+  is cancelled afterwards); medians and p90.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+from inferd.bench.datasets import random_sessions
+from inferd.bench.tokenizer import text_maker_for
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(args, data_dir: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INFERD_")}
+    proc = subprocess.Popen([sys.executable, "-m", "inferd.cli", "serve", "--port", str(port), "--parallel",
+                             str(args.parallel), "--threads", str(args.threads), "--ctx-size", "1024",
+                             "--data-dir", data_dir], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("the server did not become ready")
+
+
+def bench(url: str, args, seed: int) -> float:
+    out = subprocess.run([sys.executable, "-m", "inferd.cli", "bench", "--base-url", url, "--dataset", "random",
+                          "--num-prompts", str(args.requests), "--input-len", str(args.input_len), "--output-len",
+                          str(args.output_len), "--max-concurrency", str(args.parallel), "--seed", str(seed),
+                          "--json"], capture_output=True, text=True, check=True).stdout
+    summary = json.loads(out)
+    assert summary["failed"] == 0, summary["errors"]
+    return summary["request_throughput"]
+
+
+def batch_file(http: httpx.Client, args, seed: int, count: int) -> str:
+    sessions = random_sessions(text_maker_for(http), seed, count, args.input_len, args.output_len)
+    lines = "".join(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/completions",
+                                "body": {"prompt": s.turns[0], "max_tokens": args.output_len, "ignore_eos": True,
+                                         "temperature": 0}}) + "\n" for i, s in enumerate(sessions))
+    r = http.post("/v1/files", files={"file": ("in.jsonl", lines.encode())}, data={"purpose": "batch"})
+    r.raise_for_status()
+    return r.json()["id"]
+
+
+def create_batch(http: httpx.Client, file_id: str) -> str:
+    r = http.post("/v1/batches", json={"input_file_id": file_id, "endpoint": "/v1/completions",
+                                       "completion_window": "24h"})
+    r.raise_for_status()
+    return r.json()["id"]
+
+
+def run_batch(http: httpx.Client, args, seed: int) -> float:
+    file_id = batch_file(http, args, seed, args.requests)
+    started = time.perf_counter()
+    batch_id = create_batch(http, file_id)
+    while (b := http.get(f"/v1/batches/{batch_id}").json())["status"] not in ("completed", "failed", "cancelled"):
+        time.sleep(0.05)
+    elapsed = time.perf_counter() - started
+    assert b["status"] == "completed" and b["request_counts"]["completed"] == args.requests, b
+    return args.requests / elapsed
+
+
+def ttft(http: httpx.Client, prompt: str) -> float:
+    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 8, "stream": True, "temperature": 0}
+    started = time.perf_counter()
+    with http.stream("POST", "/v1/chat/completions", json=body) as r:
+        lines = r.iter_lines()
+        for line in lines:
+            if line.startswith("data: ") and line != "data: [DONE]":
+                choices = json.loads(line[6:])["choices"]
+                if choices and choices[0]["delta"].get("content"):
+                    first = time.perf_counter() - started
+                    for _ in lines:  # the rest of the answer, so the next sample starts on an idle slot
+                        pass
+                    return first
+    raise RuntimeError("no token came")
+
+
+def ttfts(http: httpx.Client, args, rng: random.Random) -> list[float]:
+    maker = text_maker_for(http)
+    return [ttft(http, maker.make(rng, 16)) for _ in range(args.ttft_samples)]
+
+
+def describe(samples: list[float]) -> str:
+    q = statistics.quantiles(samples, n=10) if len(samples) > 1 else samples
+    return f"median {statistics.median(samples) * 1000:.0f} ms, p90 {q[-1] * 1000:.0f} ms"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--parallel", type=int, default=4)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--requests", type=int, default=48)
+    p.add_argument("--input-len", type=int, default=64)
+    p.add_argument("--output-len", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--ttft-batch", type=int, default=200)
+    p.add_argument("--ttft-samples", type=int, default=8)
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as data:
+        proc, url = start_server(args, data)
+        try:
+            with httpx.Client(base_url=url, timeout=600) as http:
+                ttft(http, "warm up")
+                bench_rates, batch_rates = [], []
+                for round_ in range(args.rounds):
+                    bench_rates.append(bench(url, args, seed=2 * round_ + 1))
+                    batch_rates.append(run_batch(http, args, seed=2 * round_ + 2))
+                    print(f"round {round_ + 1}: bench {bench_rates[-1]:.2f} req/s, batch {batch_rates[-1]:.2f} items/s",
+                          flush=True)
+                rng = random.Random(7)
+                idle = ttfts(http, args, rng)
+                batch_id = create_batch(http, batch_file(http, args, 99, args.ttft_batch))
+                while http.get(f"/v1/batches/{batch_id}").json()["request_counts"]["completed"] < args.parallel:
+                    time.sleep(0.05)
+                busy = ttfts(http, args, rng)
+                left = http.get(f"/v1/batches/{batch_id}").json()["request_counts"]
+                http.post(f"/v1/batches/{batch_id}/cancel")
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    bench_rate, batch_rate = statistics.median(bench_rates), statistics.median(batch_rates)
+    print(f"throughput, {args.requests} requests of {args.input_len} in / {args.output_len} out, concurrency "
+          f"{args.parallel}: bench {bench_rate:.2f} req/s, batch {batch_rate:.2f} items/s "
+          f"({batch_rate / bench_rate:.0%} of bench)")
+    print(f"interactive TTFT idle: {describe(idle)}")
+    print(f"interactive TTFT with a {args.ttft_batch}-item batch running ({left['completed']} items done when the "
+          f"samples ended): {describe(busy)} ({statistics.median(busy) / statistics.median(idle):.2f}x idle)")
+
+
+if __name__ == "__main__":
+    main()
