@@ -7,7 +7,8 @@ OpenAI, Anthropic, Responses and llama-server stream only with
 `"stream": true`; Ollama's /api/chat and /api/generate unless `"stream": false`.
 
 Stored responses live on the worker that created them: reads, deletes,
-cancels and `previous_response_id` continuations go to that worker.
+cancels and `previous_response_id` continuations go to that worker; so do
+files, batches and jobs (a batch goes where its input file is).
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ from inferd.router.proxy import Forward
 from inferd.router.routing_key import routing_request
 from inferd.router.state import RouterState
 
-_RESPONSE_ID = re.compile(r"^resp_[A-Za-z0-9_-]+$")
+_STORED_ID = re.compile(r"^(resp_|batch_|msgbatch_|file-)[A-Za-z0-9_-]+$")
+# Where a request names something a worker keeps: path parameters, then body fields.
+_STORED_PARAMS = ("response_id", "batch_id", "file_id", "job_id")
+_STORED_FIELDS = ("previous_response_id", "input_file_id")
 # What a forwarded path keeps as it is: its escapes and the characters a path may hold.
 _PATH_SAFE = "/%!$&'()*+,;=:@~-._"
 
@@ -75,8 +79,9 @@ async def forward(request: Request, endpoint: Endpoint):
             f"{header}: no worker {named!r} in the fleet; GET /v1/workers lists them",
             param=header, code="unknown_worker"))
     pinned, observe = None, None
-    response_id = request.path_params.get("response_id") or body.get("previous_response_id")
-    if isinstance(response_id, str) and _RESPONSE_ID.match(response_id):
+    response_id = next((v for v in (*map(request.path_params.get, _STORED_PARAMS), *map(body.get, _STORED_FIELDS))
+                        if v), None)
+    if isinstance(response_id, str) and _STORED_ID.match(response_id):
         pinned = await state.owners.locate(response_id, state.fleet, state.client, state.worker_headers)
     if endpoint.stores_response:
         observe = state.owners.learn

@@ -448,3 +448,24 @@ def test_concurrent_streams_all_arrive_whole(pair, router_for):
         t.join()
     assert bodies == [b"".join(SSE_EVENTS)] * 8
     assert len(first.requests) + len(second.requests) == 8
+
+
+def test_files_and_batches_are_read_where_they_were_created(pair, router_for):
+    first, second = pair
+    router = router_for([first.url, second.url])
+    owners = router.state.owners
+    # A batch's answer names the batch and its output files: all kept by the worker that sent it.
+    assert owners.learn(router.state.fleet.get(second.url),
+                        b'{"id": "batch_b1", "output_file_id": "file-out1", "error_file_id": null}')
+    assert (owners.owner("batch_b1"), owners.owner("file-out1")) == (second.url, second.url)
+    owners.remember("file-in1", second.url)
+    owners.remember("msgbatch_m1", second.url)
+    for _ in range(2):
+        assert router.http.get("/v1/batches/batch_b1").json()["worker"] == "second"
+        assert router.http.get("/v1/files/file-out1/content").json()["worker"] == "second"
+        assert router.http.get("/v1/jobs/batch_b1/events").json()["worker"] == "second"
+        assert router.http.get("/v1/messages/batches/msgbatch_m1/results").json()["worker"] == "second"
+        r = router.http.post("/v1/batches", json={"input_file_id": "file-in1", "endpoint": "/v1/chat/completions"})
+        assert r.json()["worker"] == "second"
+    # An id no answer named is looked up on every worker; each fake says it has it, and the first wins.
+    assert router.http.get("/v1/batches/batch_unseen").json()["worker"] == "first"

@@ -37,7 +37,7 @@ JOB_ENDPOINTS = (
     Endpoint("/v1/files/{file_id}", methods=("GET", "DELETE")),
     Endpoint("/v1/files/{file_id}/content", methods=("GET",)),
     Endpoint("/v1/batches", methods=("GET", "POST"), stores_response=True),
-    Endpoint("/v1/batches/{batch_id}", methods=("GET",)),
+    Endpoint("/v1/batches/{batch_id}", methods=("GET",), stores_response=True),  # names its output files
     Endpoint("/v1/batches/{batch_id}/cancel"),
     Endpoint("/v1/jobs", methods=("GET",)),
     Endpoint("/v1/jobs/{job_id}", methods=("GET",)),
