@@ -21,6 +21,7 @@ from inferd.engine.sampling.sampler import Sampler, SampleRow, make_generator
 from inferd.engine.sampling.steering import Steering
 from inferd.engine.sampling.thinking_budget import ThinkingBudget
 from inferd.engine.scheduler import Scheduler, SchedulerConfig
+from inferd.engine.speculative import Speculator
 from inferd.engine.stop_rules import StopRules
 from inferd.models.loader import LoadedModel
 
@@ -72,6 +73,7 @@ class Engine:
         )
         self.runner = ModelRunner(loaded.model, self.pool.num_blocks, config.block_size, loaded.dtype, loaded.device)
         self.sampler = Sampler()
+        self.speculator = Speculator(config.speculative, config.spec_tokens, config.spec_max_batch, max_len)
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids) | frozenset(loaded.config.eos_token_ids)
         self.think_ids = think_ids
         self.requests: dict[str, Request] = {}
@@ -136,6 +138,7 @@ class Engine:
 
     # -- one step ----------------------------------------------------------
     def step(self) -> list[RequestOutput]:
+        self.speculator.propose(self.scheduler.running)
         batch = self.scheduler.schedule()
         if not batch:
             return []
@@ -145,7 +148,58 @@ class Engine:
         self._counters["computed"] += sum(batch.num_new_tokens)
         if not result.sampling:
             return []
-        return self._sample(result.logits, result.sampling)
+        if not any(r.draft_token_ids for r in result.sampling):
+            return self._sample(result.logits, result.sampling)
+        plain_rows, plain, verifying, row = [], [], [], 0
+        for req in result.sampling:
+            k = len(req.draft_token_ids)
+            if k:
+                verifying.append((req, row, row + k + 1))
+            else:
+                plain_rows.append(row)
+                plain.append(req)
+            row += k + 1
+        outputs = self._sample(result.logits[plain_rows], plain) if plain else []
+        return outputs + [self._verify(req, result.logits[a:b]) for req, a, b in verifying]
+
+    def _verify(self, req: Request, logits) -> RequestOutput:
+        """Keep the drafts the sampler agrees with, then its own next token (`speculative.py`).
+        Row j is sampled as if drafts[:j] were output already, so penalties and
+        min_tokens see exactly what plain decoding would."""
+        drafts = req.draft_token_ids
+        try:
+            rows = [
+                SampleRow(req.params, req.prompt_token_ids, req.output_token_ids + drafts[:j], req.generator,
+                          self.eos_token_ids)
+                for j in range(len(drafts) + 1)
+            ]
+            tokens = self.sampler(logits, rows).token_ids
+        except NoValidTokenError:
+            out = self.abort(req.request_id, RequestStatus.FINISHED_ERROR)
+            out.error = "no token can be sampled: every logit is -inf or not finite (check logit_bias)"
+            out.error_is_client = True
+            return out
+        except Exception as e:
+            log.exception("request %s: sampling failed; ending this request", req.request_id)
+            return self.fail_request(req, _engine_error("sampling", e))
+        out, accepted = None, 0
+        for j, tok in enumerate(tokens):
+            try:
+                delta = self._append(req, tok, None)
+            except Exception as e:
+                log.exception("request %s: processing token %d failed; ending this request", req.request_id, tok)
+                delta = self.fail_request(req, _engine_error("processing its output", e), token_ids=[tok])
+            if out is None:
+                out = delta
+            else:
+                out.merge(delta)
+            if out.finished or j == len(drafts) or tok != drafts[j]:
+                break
+            self.scheduler.accept_draft(req)
+            accepted += 1
+        self.speculator.record(req, len(drafts), accepted)
+        self.scheduler.end_verification(req)
+        return out
 
     def _sample(self, logits, requests: list[Request]) -> list[RequestOutput]:
         """Sample and post-process every request of the step. A failure in one
@@ -225,6 +279,7 @@ class Engine:
         # pop: a request whose own work raised half-way through finishing is finished again
         self.requests.pop(req.request_id, None)
         self._stops.pop(req.request_id, None)
+        self.speculator.forget(req.request_id)
         return out
 
     def fail_request(

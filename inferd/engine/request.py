@@ -69,6 +69,7 @@ class Request:
     num_preemptions: int = 0
     slot: int | None = None  # which of the --parallel slots it occupies while running
     steering: Steering = field(default_factory=Steering)  # the grammar and thinking budget, when used
+    draft_token_ids: list[int] = field(default_factory=list)  # speculative tokens this step verifies (never output yet)
 
     @property
     def all_token_ids(self) -> list[int]:

@@ -1,7 +1,8 @@
 """Turns a scheduled batch into one forward pass and the logits to sample.
 
 Rows are ordered decodes first (one token each, grouped by padded context
-length), then prefill chunks. The KV cache is one (K, V) pair per layer, each
+length), then prefill chunks. A request verifying speculative drafts runs
+as a chunk of its last token plus the drafts and gets logits for each. The KV cache is one (K, V) pair per layer, each
 [num_blocks * block_size, kv_heads, head_dim].
 """
 
@@ -19,7 +20,7 @@ from inferd.engine.scheduler import ScheduledBatch
 
 @dataclass
 class StepResult:
-    logits: torch.Tensor  # [N, V] float32, one row per sampling request
+    logits: torch.Tensor  # [N, V] float32: per sampling request one row, plus one per draft token
     sampling: list[Request]  # in logits row order
 
 
@@ -72,7 +73,8 @@ class ModelRunner:
             table = torch.tensor(req.block_table, dtype=torch.int64)
             pos = torch.arange(start, start + n)
             row = len(token_ids)
-            token_ids.extend(req.all_token_ids[start : start + n])
+            drafts = req.draft_token_ids
+            token_ids.extend((req.all_token_ids + drafts if drafts else req.all_token_ids)[start : start + n])
             positions.append(pos)
             slots.append(self._slots(table, pos))
             if n == 1:
@@ -80,8 +82,8 @@ class ModelRunner:
                 decode_tables.append(table)
             else:
                 prefills.append(self._prefill_span(row, start, n, table))
-            if start + n == req.num_tokens:
-                sample_rows.append(row + n - 1)
+            if start + n == req.num_tokens + len(drafts):
+                sample_rows.extend(range(row + n - 1 - len(drafts), row + n))
                 sampling.append(req)
         meta = AttentionMetadata(slot_mapping=torch.cat(slots).to(self.device), prefills=prefills)
         meta.decodes = self._decode_groups(decode_ctx, decode_tables)

@@ -86,7 +86,9 @@ class Scheduler:
                 break
             if req.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this loop
-            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+            if req.draft_token_ids:
+                self._fit_drafts(req, budget)
+            num_new = min(req.num_tokens + len(req.draft_token_ids) - req.num_computed_tokens, budget)
             while not self._reserve(req, num_new):
                 victim = max(self.running, key=Request.sort_key)
                 if victim in batch.requests:  # already given tokens this step: take them back
@@ -118,6 +120,14 @@ class Scheduler:
             batch.num_new_tokens.append(num_new)
             budget -= num_new
         return batch
+
+    def _fit_drafts(self, req: Request, budget: int) -> None:
+        """Trim speculative drafts to the budget and to the free blocks less one per running
+        request (each decode's next block), so drafts do not cause preemptions."""
+        bs = self.pool.block_size
+        slots = (len(req.block_table) + self.pool.num_free - len(self.running)) * bs - req.num_tokens
+        keep = max(0, min(len(req.draft_token_ids), budget - 1, slots))
+        del req.draft_token_ids[keep:]
 
     def _take_cached_prefix(self, req: Request) -> None:
         if not req.cache_prompt:
@@ -164,24 +174,44 @@ class Scheduler:
         req.block_hashes = []
         req.num_cached_blocks = 0
         req.num_computed_tokens = 0
+        req.draft_token_ids = []
 
     # -- after the forward pass ---------------------------------------------
     def advance(self, batch: ScheduledBatch) -> None:
-        """Record computed tokens and donate newly full blocks to the cache."""
-        bs = self.pool.block_size
+        """Record computed tokens and donate newly full blocks to the cache.
+        Speculative drafts count only once accepted (`accept_draft`)."""
         for req, n in zip(batch.requests, batch.num_new_tokens):
-            req.num_computed_tokens += n
-            if not req.cache_prompt:
-                continue
-            full = req.num_computed_tokens // bs
-            if full > req.num_cached_blocks:
-                parent = req.block_hashes[-1] if req.block_hashes else root_hash(req.cache_salt)
-                tokens = req.all_token_ids[: full * bs]
-                new = prefix_block_hashes(tokens, bs, start=req.num_cached_blocks, parent=parent)
-                for i, h in enumerate(new, start=req.num_cached_blocks):
-                    self.pool.cache_block(req.block_table[i], h)
-                req.block_hashes.extend(new)
-                req.num_cached_blocks = full
+            self._commit(req, n - len(req.draft_token_ids))
+
+    def accept_draft(self, req: Request) -> None:
+        """The next draft became an output token, and the request goes on: its KV counts as computed."""
+        self._commit(req, 1)
+
+    def end_verification(self, req: Request) -> None:
+        """Drafts not accepted are dropped (their KV slots are overwritten later) and
+        blocks past the next token's are freed."""
+        req.draft_token_ids = []
+        if req.status is not RequestStatus.RUNNING:
+            return  # finished meanwhile: its blocks are gone already
+        keep = -(-(req.num_computed_tokens + 1) // self.pool.block_size)
+        if len(req.block_table) > keep:
+            self.pool.free_blocks(req.block_table[keep:][::-1])
+            del req.block_table[keep:]
+
+    def _commit(self, req: Request, n: int) -> None:
+        bs = self.pool.block_size
+        req.num_computed_tokens += n
+        if not req.cache_prompt:
+            return
+        full = req.num_computed_tokens // bs  # only ever tokens that are in the sequence
+        if full > req.num_cached_blocks:
+            parent = req.block_hashes[-1] if req.block_hashes else root_hash(req.cache_salt)
+            tokens = req.all_token_ids[: full * bs]
+            new = prefix_block_hashes(tokens, bs, start=req.num_cached_blocks, parent=parent)
+            for i, h in enumerate(new, start=req.num_cached_blocks):
+                self.pool.cache_block(req.block_table[i], h)
+            req.block_hashes.extend(new)
+            req.num_cached_blocks = full
 
     def finish(self, req: Request, status: RequestStatus) -> None:
         """End a request wherever it is; its blocks are freed at once."""
