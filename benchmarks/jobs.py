@@ -5,10 +5,11 @@ interactive request's time to first token with and without a batch running.
                               [--rounds 2] [--ttft-batch 200] [--ttft-samples 8]
 
 One `inferd serve` of the bundled model (fresh data dir) serves both sides:
-- throughput: `inferd bench --dataset random --max-concurrency PARALLEL`
+- throughput: `inferd bench --dataset random --max-concurrency C`
   (streamed /v1/completions, ignore_eos) against a batch of as many
   /v1/completions items of the same lengths (a different seed each run, so
-  neither gains from the other's prefix cache), timed from
+  neither gains from the other's prefix cache), C the batch's concurrency
+  (the default --batch-concurrency, PARALLEL - 1), timed from
   POST /v1/batches to status completed; bench and batch alternate, ROUNDS
   times each;
 - interactive TTFT: a streamed chat request (16-token prompt, 8 tokens out)
@@ -63,7 +64,7 @@ def start_server(args, data_dir: str) -> tuple[subprocess.Popen, str]:
 def bench(url: str, args, seed: int) -> float:
     out = subprocess.run([sys.executable, "-m", "inferd.cli", "bench", "--base-url", url, "--dataset", "random",
                           "--num-prompts", str(args.requests), "--input-len", str(args.input_len), "--output-len",
-                          str(args.output_len), "--max-concurrency", str(args.parallel), "--seed", str(seed),
+                          str(args.output_len), "--max-concurrency", str(max(1, args.parallel - 1)), "--seed", str(seed),
                           "--json"], capture_output=True, text=True, check=True).stdout
     summary = json.loads(out)
     assert summary["failed"] == 0, summary["errors"]
@@ -159,7 +160,7 @@ def main() -> None:
             proc.wait(60)
     bench_rate, batch_rate = statistics.median(bench_rates), statistics.median(batch_rates)
     print(f"throughput, {args.requests} requests of {args.input_len} in / {args.output_len} out, concurrency "
-          f"{args.parallel}: bench {bench_rate:.2f} req/s, batch {batch_rate:.2f} items/s "
+          f"{max(1, args.parallel - 1)} (--parallel {args.parallel}): bench {bench_rate:.2f} req/s, batch {batch_rate:.2f} items/s "
           f"({batch_rate / bench_rate:.0%} of bench)")
     print(f"interactive TTFT idle: {describe(idle)}")
     print(f"interactive TTFT with a {args.ttft_batch}-item batch running ({left['completed']} items done when the "

@@ -2,9 +2,9 @@
 a dispatch function the server provides, and ends it (completed, cancelled,
 expired, failed) with the output its kind makes.
 
-Batch items share `concurrency` slots (a little more than the engine's
---parallel, so the engine stays full while finished items are written);
-a background response runs at once. On start the runner picks up every job
+Batch items share `concurrency` slots (by default one fewer than the
+engine's sequence slots, so an interactive request finds one free); a
+background response runs at once. On start the runner picks up every job
 a previous process left active: its pending items run, its done ones stay
 as they are. Shutting down leaves jobs active for the next start.
 """

@@ -65,7 +65,8 @@ def start_jobs(app: FastAPI, state: ServerState) -> JobRunner:
     kinds = {"batch": batches.job_kind(plane), "message_batch": message_batches.job_kind()}
     if state.responses_store is not None:
         kinds["response"] = background.job_kind(state.responses_store)
-    concurrency = state.config.batch_concurrency or 2 * state.config.parallel
+    # The engine does not preempt for priority, so by default one sequence slot stays free for interactive work.
+    concurrency = state.config.batch_concurrency or max(1, state.config.parallel - 1)
     plane.runner = JobRunner(plane.store, InProcessDispatch(app, state), kinds, concurrency)
     plane.runner.start()
     return plane.runner
