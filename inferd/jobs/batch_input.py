@@ -79,4 +79,7 @@ def _check_line(line: str, number: int, endpoint: str, seen: dict[str, int]) -> 
     if body.get("stream"):
         return LineError(number, "invalid_request", f"line {number}: a batch request cannot stream; "
                          "drop \"stream\"", "body.stream")
+    if body.get("background"):
+        return LineError(number, "invalid_request", f"line {number}: a batch request already runs in the "
+                         "background; drop \"background\"", "body.background")
     return custom_id, body

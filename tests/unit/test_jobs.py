@@ -228,6 +228,7 @@ def test_one_runner_per_data_dir(tmp_path):
     (line("a", url="/v1/completions") + "\n", 1, "mismatched_url"),
     ("\n" + json.dumps({"method": "POST", "url": URL, "body": {}}) + "\n", 2, "missing_required_parameter"),
     (line("a", stream=True) + "\n", 1, "invalid_request"),
+    (line("a") + "\n" + line("b", background=True) + "\n", 2, "invalid_request"),
     ("", 1, "empty_file"),
 ])
 def test_a_bad_input_line_is_refused_with_its_number(text, line_no, code):
