@@ -1,5 +1,5 @@
 """Single-stream decode with and without prompt-lookup speculation, on
-input-grounded chat tasks (edit a piece of code, quote a text): the engine
+input-grounded tasks (edit a piece of code, answer with quotes from a text): the engine
 alone, greedy, the bundled model by default.
 
     python benchmarks/speculative.py [--weights auto] [--rounds 3] [--spec-tokens 4]
@@ -17,7 +17,6 @@ import time
 
 import torch
 
-from inferd.chat.template import chat_template_for
 from inferd.config import EngineConfig
 from inferd.engine.engine import Engine
 from inferd.engine.engine_request import EngineRequest
@@ -51,10 +50,12 @@ TEXT = ("The lighthouse at Point Avery was built in 1871 from granite quarried o
         "became a museum in 1962. Today the light still turns every night, though no one lives beside it; "
         "a sensor in the lantern room reports to the coast guard station forty miles away.")
 
+# Plain-text continuations rather than chat turns: the bundled 270M model follows "copy this" far
+# more reliably when the text itself sets up the copy.
 TASKS = {
-    "edit code": "Rename the function moving_average to rolling_mean everywhere in this code and "
-                 f"output the whole code, changed, with nothing else:\n\n```python\n{CODE}```",
-    "quote text": f"Copy the following text exactly, word for word, then stop:\n\n{TEXT}",
+    "edit code": f"```python\n{CODE}```\n\nThe same code with moving_average renamed to rolling_mean:\n\n```python\n",
+    "quote text": f"{TEXT}\n\nQuestion: What does the text say about the keeper and the lamp? Answer with quotes "
+                  f"from the text.\nAnswer: The text says: \"Its first keeper,",
 }
 
 
@@ -84,16 +85,12 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     loaded = load_model(args.model, weights=args.weights)
-    template = chat_template_for(loaded.tokenizer)
     engines = {  # the weights are shared; each engine has its own KV cache
         mode: Engine(loaded, EngineConfig(parallel=1, ctx_size=2048, speculative=mode, spec_tokens=args.spec_tokens))
         for mode in ("off", "ngram")
     }
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
-    prompts = {
-        task: loaded.tokenizer.encode(template.render([{"role": "user", "content": text}]), add_special_tokens=False)
-        for task, text in TASKS.items()
-    }
+    prompts = {task: loaded.tokenizer.encode(text) for task, text in TASKS.items()}
     best: dict[tuple[str, str], tuple[int, float]] = {}
     outputs: dict[tuple[str, str], list[int]] = {}
     for round_ in range(args.rounds):
@@ -102,6 +99,7 @@ def main() -> None:
             for mode in order:
                 tokens, decoded, seconds = run(engines[mode], prompt, params)
                 outputs[task, mode] = tokens
+                print(f"round {round_ + 1}, {task}, {mode}: {decoded} tokens in {seconds:.2f} s", flush=True)
                 if (task, mode) not in best or seconds < best[task, mode][1]:
                     best[task, mode] = (decoded, seconds)
     print(f"{'task':<12} {'tokens':>6} {'off tok/s':>10} {'ngram tok/s':>12} {'ratio':>6}  same output")
