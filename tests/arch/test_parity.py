@@ -44,6 +44,7 @@ class Seq:
     all_token_ids: list[int]
     num_computed_tokens: int = 0
     block_table: list[int] = field(default_factory=list)
+    draft_token_ids: list[int] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:

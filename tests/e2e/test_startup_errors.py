@@ -17,23 +17,23 @@ def inferd(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60, env=env, check=False)
 
 
-def test_a_data_dir_that_is_a_file_is_one_line_and_exit_non_zero(tmp_path):
+def test_a_data_dir_that_is_a_file_is_one_line_and_exit_non_zero(tmp_path, tiny_model_dir):
     not_a_dir = tmp_path / "data"
     not_a_dir.write_text("")
-    done = inferd("serve", "--model", str(tmp_path), "--port", "0", "--data-dir", str(not_a_dir))
+    done = inferd("serve", "--model", str(tiny_model_dir), "--port", "0", "--data-dir", str(not_a_dir))
     assert done.returncode != 0
     assert "Traceback" not in done.stderr, done.stderr
     assert str(not_a_dir) in done.stderr and "--data-dir" in done.stderr
 
 
-@pytest.mark.parametrize("command", [["serve", "--model", "{tmp}", "--data-dir", "{tmp}/data"],
+@pytest.mark.parametrize("command", [["serve", "--model", "{model}", "--data-dir", "{tmp}/data"],
                                      ["router", "--worker", "http://127.0.0.1:1", "--health-interval", "0"]])
-def test_a_port_in_use_is_the_clear_message_only(tmp_path, command):
+def test_a_port_in_use_is_the_clear_message_only(tmp_path, tiny_model_dir, command):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = inferd(*[a.format(tmp=tmp_path) for a in command], "--port", str(port))
+        done = inferd(*[a.format(tmp=tmp_path, model=tiny_model_dir) for a in command], "--port", str(port))
     assert done.returncode != 0
     assert "address already in use" in done.stderr
     assert "Traceback" not in done.stderr and "exception was never retrieved" not in done.stderr, done.stderr
