@@ -19,6 +19,7 @@ from inferd.jobs.runner import JobRunner
 from inferd.models.loader import LoadedModel
 from inferd.server.job_dispatch import InProcessDispatch
 from inferd.server.pooled_models import serve_chat_model
+from inferd.serving.chat_defaults import template_defaults
 from inferd.serving.chat_features import attach_chat_features
 from inferd.serving.metrics import server_metrics
 from inferd.serving.state import ServerState
