@@ -6,9 +6,10 @@ then the checks that a long-lived server must pass.
 
 By default the script starts `inferd serve` itself (the bundled Gemma 3 270M
 unless `--model` names another; arguments after `--` go to the server,
-replacing the default `--ctx-size 512 --num-kv-blocks 128`: a KV pool that
-the warm-up fills, since pages of a larger pool are first touched, and
-counted, as sequences reach them) on a free port with a throw-away
+replacing the default `--ctx-size 512 --num-kv-blocks 128 --strict-model-names`:
+a KV pool that the warm-up fills, since pages of a larger pool are first
+touched, and counted, as sequences reach them; and an unknown model name
+refused, which a one-model server otherwise answers with its model) on a free port with a throw-away
 `--data-dir`, and stops it at the end. `--url`
 targets a server that is already running; its RSS is sampled only when
 `--server-pid` names its process.
@@ -648,7 +649,7 @@ def soak(url: str, pid: int | None, seconds: float, concurrency: int, seed: int 
 
 
 # A KV pool the warm-up fills: the RSS drift then measures what the load leaves behind.
-DEFAULT_SERVER_ARGS = ["--ctx-size", "512", "--num-kv-blocks", "128"]
+DEFAULT_SERVER_ARGS = ["--ctx-size", "512", "--num-kv-blocks", "128", "--strict-model-names"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

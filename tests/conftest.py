@@ -47,6 +47,8 @@ LEVEL_NAMES = {
 def pytest_configure(config):
     for level, what in LEVELS.items():
         config.addinivalue_line("markers", f"{level}: {what}")
+    config.addinivalue_line("markers", "slow: one of the few heaviest checks, left out of the default run "
+                                       "(python -m pytest -m slow runs them)")
 
 
 def pytest_collection_modifyitems(items):

@@ -24,7 +24,7 @@ PROMPTS = ["The capital of France is", "def fibonacci(n):\n", "Once upon a time,
 # AMX ones). So every token must be a near-argmax of the reference run on our
 # own prefix (teacher forcing), and where our path parts from the
 # reference's own, the reference's best two must nearly tie.
-NUM_TOKENS = 32
+NUM_TOKENS = 16
 TIE = 0.25  # two bf16 ulps at logits of magnitude ~20-30
 
 

@@ -43,6 +43,7 @@ def minilm():
     state.served.close()
 
 
+@pytest.mark.slow  # loading sentence-transformers is most of its cost
 def test_minilm_matches_sentence_transformers(minilm):
     st = pytest.importorskip("sentence_transformers")
     from tiny_encoders import minilm_folder

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 
 def inferd(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "inferd.cli", *args], capture_output=True, text=True, timeout=timeout)
@@ -18,6 +20,7 @@ def test_greedy_generation_on_the_bundled_model():
     assert len(done.stdout.split()) >= 20  # 24 tokens of prose after the prompt
 
 
+@pytest.mark.slow
 def test_seeded_sampling_repeats():
     args = ("generate", "--temperature", "1.0", "--seed", "42", "--max-tokens", "12", "Hello")
     first, second = inferd(*args), inferd(*args)

@@ -27,6 +27,7 @@ def start(model_dir, data_dir, log_path) -> ServerProcess:
     return server
 
 
+@pytest.mark.slow
 def test_a_batch_killed_mid_run_completes_after_a_restart(tiny_model_dir, tmp_path):
     data = tmp_path / "data"
     text = "".join(json.dumps({"custom_id": f"item-{i}", "method": "POST", "url": "/v1/completions",

@@ -240,6 +240,7 @@ FLOOD, FLOOD_TOKENS = 24, 300
 PEAK_BOUND = (FLOOD + 2 * (BALANCE_ABS + 1)) // 3
 
 
+@pytest.mark.slow
 def test_a_flood_of_one_prefix_spreads_within_the_balance_thresholds(workers, replica2, model):
     prompt = text(random.Random(24), 800)
     samples: list[dict[str, int]] = []

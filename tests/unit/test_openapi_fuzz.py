@@ -32,8 +32,8 @@ from inferd.server.assemble import attach_jobs, start_jobs
 
 # Examples per operation and mode. The router's generated cases reach the
 # same worker, so it needs fewer; the file stays near a minute on two cores.
-EXAMPLES = 6
-ROUTER_EXAMPLES = 4
+EXAMPLES = 4
+ROUTER_EXAMPLES = 3
 
 # Every operation in the server's schema, each fuzzed below. A route added to
 # the server fails test_every_server_route_is_fuzzed until it is listed here.
