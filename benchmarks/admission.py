@@ -8,7 +8,9 @@ Rows (microseconds per request, p50 / p99 / max, over --requests requests
 spread over the keys; wall time, and this thread's CPU time, which a
 preemption by another process on a shared machine does not inflate):
 - tenants alone: identify (hash + lookup) -> enter (lease, rpm) -> admit
-  (scope, tpm and daily reservation) -> settle (refund, lease back, ledger);
+  (scope, tpm and daily reservation), which is admission, then settle
+  (refund, lease back, ledger), which comes after the answer; with Redis,
+  a bare PING beside them (each step is one round trip);
 - the door: the same through `http/auth.py`'s ASGI middleware around an app
   that admits and answers at once, side by side with the middleware with no
   keys (auth off) in the same run; the difference is admission's cost.
@@ -51,17 +53,31 @@ def percentiles(samples: list[float]) -> tuple[float, float, float]:
     return (statistics.median(ordered) * 1e6, ordered[int(len(ordered) * 0.99) - 1] * 1e6, ordered[-1] * 1e6)
 
 
-async def tenants_alone(tenants: Tenants, secrets: list[bytes], n: int) -> list[float]:
+async def tenants_alone(tenants: Tenants, secrets: list[bytes], n: int) -> tuple[list, list]:
+    """(admission: identify, enter, admit; settling), each (wall, CPU) per request."""
     rng = random.Random(1)
-    samples = []
+    admitting, settling = [], []
     for _ in range(n):
         secret = rng.choice(secrets)
         start, cpu = time.perf_counter(), time.thread_time()
         ticket = Ticket(tenants.identify([secret]))
         await tenants.enter(ticket)
         await tenants.admit(ticket, "bench", 300)
+        admitted, admitted_cpu = time.perf_counter(), time.thread_time()
         ticket.meters.append(lambda: (100, 50, 0))
         await tenants.settle(ticket, 200)
+        admitting.append((admitted - start, admitted_cpu - cpu))
+        settling.append((time.perf_counter() - admitted, time.thread_time() - admitted_cpu))
+    return admitting, settling
+
+
+async def round_trips(tenants: Tenants, n: int) -> list:
+    """A bare PING on the counters' Redis connection: the floor under each step."""
+    connection = tenants.limiter.counters.storage.bridge.get_connection()
+    samples = []
+    for _ in range(n):
+        start, cpu = time.perf_counter(), time.thread_time()
+        await connection.ping()
         samples.append((time.perf_counter() - start, time.thread_time() - cpu))
     return samples
 
@@ -103,18 +119,26 @@ async def main(args) -> None:
     managed = ApiKeyAuth(admitting_app, lambda: tenants, (), respond, generating=lambda p: p == PATH)
     open_door = ApiKeyAuth(admitting_app, lambda: None, (), respond, generating=lambda p: p == PATH)
     await tenants_alone(tenants, secrets, 1000)  # warm-up
-    alone, keyed, unkeyed = [], [], []
+    admitting, settling, pings, keyed, unkeyed = [], [], [], [], []
     rounds = 5
     for r in range(rounds):
-        alone += await tenants_alone(tenants, secrets, args.requests // rounds)
+        a, s = await tenants_alone(tenants, secrets, args.requests // rounds)
+        admitting += a
+        settling += s
+        if not tenants.limiter.in_memory:
+            pings += await round_trips(tenants, args.requests // rounds)
         pair = [(keyed, managed, secrets), (unkeyed, open_door, [])]
         for samples, door, keys in (pair if r % 2 == 0 else pair[::-1]):
             samples += await through_door(door, keys, args.requests // rounds)
     print(f"# {args.keys} keys, {args.requests} requests, storage {args.storage}; "
           f"{platform.processor() or platform.machine()}, ISA {isa.selected()}")
     print(f"{'':34} {'wall p50':>9} {'p99':>8} {'max':>9}   {'CPU p50':>8} {'p99':>8} {'max':>8}   (us)")
-    rows = (("tenants alone", alone), ("door, managed keys", keyed), ("door, no keys", unkeyed))
+    rows = (("tenants: identify + enter + admit", admitting), ("tenants: settle", settling),
+            ("tenants: all four", [(a[0] + b[0], a[1] + b[1]) for a, b in zip(admitting, settling)]),
+            ("door, managed keys", keyed), ("door, no keys", unkeyed), ("Redis PING (one round trip)", pings))
     for label, samples in rows:
+        if not samples:
+            continue
         wall, cpu = percentiles([w for w, _ in samples]), percentiles([c for _, c in samples])
         print(f"{label:34} {wall[0]:9.1f} {wall[1]:8.1f} {wall[2]:9.1f}   {cpu[0]:8.1f} {cpu[1]:8.1f} {cpu[2]:8.1f}")
     for kind, i in (("wall", 0), ("CPU", 1)):

@@ -8,6 +8,7 @@ and turn its refusals into their dialects' errors.
     store.py    SQLite (WAL) under the data dir: keys (hashes only) and usage
     keyring.py  the keys in memory, bootstrap keys beside them; lookups by hash
     limiter.py  rpm, tpm, daily tokens and concurrency on `limits` counters
+    counters.py those counters in memory, or in Redis: one Lua script per step
     ledger.py   usage per key, model and UTC day, written to the store in batches
     gate.py     one request's way through: identify, admit, settle
 """

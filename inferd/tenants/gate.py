@@ -101,6 +101,8 @@ class Tenants:
         key = ticket.key
         ticket.model = model
         if not key.may_use(model):
+            if ticket.reservation is not None:  # the door counted it before the model was known: a 403 costs no rpm
+                await self.limiter.give_back_request(ticket.reservation)
             raise Refused(403, f"API key {key.name!r} may not use model {model!r}; it may use "
                                f"{', '.join(map(repr, key.scopes))}", code="model_not_allowed")
         await self.enter(ticket)

@@ -156,7 +156,7 @@ def test_tokens_are_reserved_then_settled_to_what_was_used():
         assert second.headers["x-ratelimit-remaining-tokens"] == "60"
         await limiter.settle(second, 30)
         daily = f"LIMITER/k/daily/{utc_day(limiter.clock())}/1000/1/day"
-        assert await limiter.storage.get(daily) == 40
+        assert await limiter.counters.get(daily) == 40
         with pytest.raises(Refused, match="more than this key's 100 tokens per minute"):
             await limiter.acquire(key, 101)
 

@@ -1,0 +1,115 @@
+"""The limiter on Redis counters: each step is one Lua script, all or nothing;
+a reservation settles to what was used in the window it came from (and not
+in a later one); leases come back; two limiters on one Redis share a limit."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from inferd.tenants.keyring import KeyRing
+from inferd.tenants.limiter import Limiter, utc_day
+from inferd.tenants.refused import Refused
+from redis_server import RedisServer, redis_or_skip
+
+
+@pytest.fixture(scope="module")
+def redis(tmp_path_factory):
+    server = RedisServer(tmp_path_factory.mktemp("redis"), binary=redis_or_skip())
+    with server:
+        yield server
+
+
+_names = (f"r{i}" for i in range(1000))
+
+
+def key_with(**limits):
+    key, _ = KeyRing().add(next(_names), limits)
+    return key
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+class Counted:
+    """Counts the Redis commands a limiter sends."""
+
+    def __init__(self, limiter: Limiter):
+        self.calls = 0
+        connection = limiter.counters.storage.bridge.get_connection()
+        execute = connection.execute_command
+
+        async def counted(*args, **kwargs):
+            self.calls += 1
+            return await execute(*args, **kwargs)
+
+        connection.execute_command = counted
+
+
+def test_each_step_is_one_round_trip_and_refusals_cost_nothing(redis):
+    key = key_with(rpm=2, tpm=100, daily_tokens=1000, max_concurrent=5)
+
+    async def go():
+        limiter = Limiter(redis.url)
+        await limiter.settle(await limiter.acquire(key, 1), 1)  # scripts loaded
+        counted = Counted(limiter)
+        held = await limiter.enter(key)
+        await limiter.reserve(held, key, 80)
+        await limiter.settle(held, 10)
+        assert counted.calls == 3
+        assert held.headers["x-ratelimit-remaining-requests"] == "0"
+        assert held.headers["x-ratelimit-remaining-tokens"] == "19"  # 1 + 80 of 100
+        with pytest.raises(Refused) as e:
+            await limiter.enter(key)
+        assert e.value.kind == "requests" and 1 <= int(e.value.headers["Retry-After"]) <= 60
+        assert await limiter.in_flight(key) == 0  # the refused step took no lease either
+        tpm = f"LIMITER/{key.name}/tokens/100/1/minute"
+        daily = f"LIMITER/{key.name}/daily/{utc_day(limiter.clock())}/1000/1/day"
+        assert await limiter.counters.get(tpm) == 11 and await limiter.counters.get(daily) == 11
+
+    run(go())
+
+
+def test_tokens_settle_in_their_own_window_only(redis):
+    key = key_with(tpm=100)
+
+    async def go():
+        limiter = Limiter(redis.url)
+        held = await limiter.acquire(key, 90)
+        with pytest.raises(Refused) as e:
+            await limiter.acquire(key, 20)
+        assert e.value.kind == "tokens"
+        tpm = f"LIMITER/{key.name}/tokens/100/1/minute"
+        connection = limiter.counters.storage.bridge.get_connection()
+        await connection.delete(limiter.counters.storage.bridge.prefixed_key(tpm))  # the minute ended
+        later = await limiter.acquire(key, 30)
+        await limiter.settle(held, 5)  # the old window's refund does not land in the new one
+        assert await limiter.counters.get(tpm) == 30
+        await limiter.settle(later, 40)  # an overrun is taken
+        assert await limiter.counters.get(tpm) == 40
+
+    run(go())
+
+
+def test_two_limiters_on_one_redis_share_leases_and_rpm(redis):
+    key = key_with(rpm=3, max_concurrent=2)
+
+    async def go():
+        a, b = Limiter(redis.url), Limiter(redis.url)
+        first, second = await a.enter(key), await b.enter(key)
+        with pytest.raises(Refused) as e:
+            await a.enter(key)
+        assert e.value.kind == "concurrency"
+        await a.settle(first, 0)
+        await a.settle(first, 0)  # twice is once
+        third = await b.enter(key)
+        await b.settle(second, 0)
+        with pytest.raises(Refused) as e:  # three requests this minute; the refused one did not count
+            await a.enter(key)
+        assert e.value.kind == "requests"
+        await b.settle(third, 0)
+        assert await a.in_flight(key) == 0
+
+    run(go())
