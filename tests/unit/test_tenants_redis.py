@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from redis_server import RedisServer, redis_or_skip
 
 from inferd.tenants.keyring import KeyRing
 from inferd.tenants.limiter import Limiter, utc_day
 from inferd.tenants.refused import Refused
-from redis_server import RedisServer, redis_or_skip
 
 
 @pytest.fixture(scope="module")
