@@ -10,6 +10,8 @@ from fastapi import FastAPI
 from inferd import __version__
 from inferd.api.registry import error_response_for_path, upload_limits
 from inferd.api.generating import is_generating
+from inferd.console.router_stats import router_stats
+from inferd.console.routes import console_router, open_paths as console_paths
 from inferd.http import key_routes
 from inferd.http.auth import ApiKeyAuth
 from inferd.http.cors import add_cors
@@ -42,12 +44,13 @@ def build_router_app(state: RouterState, *, manage: bool = True) -> FastAPI:
     app.add_middleware(BodyLimits, max_body_size=state.config.max_body_size, respond=error_response_for_path,
                        uploads=upload_limits(state.config))
     # Health stays open, as on workers.
-    app.add_middleware(ApiKeyAuth, tenants=lambda: state.tenants, open_paths=admin_routes.HEALTH_PATHS,
+    app.add_middleware(ApiKeyAuth, tenants=lambda: state.tenants, open_paths=(*admin_routes.HEALTH_PATHS, *console_paths()),
                        respond=error_response_for_path, generating=is_generating,
                        services=lambda: {"traces": state.traces})
     add_cors(app, state.config.cors_origin)
     app.include_router(admin_routes.router)
     app.include_router(key_routes.router)
     app.include_router(request_cards.router)
+    app.include_router(console_router("router", lambda _: router_stats(state)))
     app.router.routes.extend(client_routes())
     return app

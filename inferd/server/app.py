@@ -11,6 +11,8 @@ from fastapi import FastAPI, Request
 from inferd import __version__
 from inferd.api.registry import DIALECTS, error_response_for_path, upload_limits
 from inferd.api.generating import is_generating
+from inferd.console.routes import console_router, open_paths as console_paths
+from inferd.console.server_stats import server_stats
 from inferd.http import key_routes
 from inferd.http.auth import ApiKeyAuth
 from inferd.http.cors import add_cors
@@ -39,7 +41,7 @@ def build_app(state: ServerState) -> FastAPI:
     app.add_middleware(BodyLimits, max_body_size=state.config.max_body_size, respond=error_response_for_path,
                        uploads=upload_limits(state.config))
     # Added last runs first: metrics count every answer, auth's 401s included.
-    app.add_middleware(ApiKeyAuth, tenants=lambda: state.tenants, open_paths=health.HEALTH_PATHS,
+    app.add_middleware(ApiKeyAuth, tenants=lambda: state.tenants, open_paths=(*health.HEALTH_PATHS, *console_paths()),
                        respond=error_response_for_path, services=lambda: {"cards": state.cards},
                        generating=is_generating)
     app.add_middleware(RequestMetrics, metrics=lambda: state.metrics)
@@ -47,6 +49,7 @@ def build_app(state: ServerState) -> FastAPI:
     for router in (health.router, metrics.router, cache.router, kv_events.router, key_routes.router,
                    requests.router):
         app.include_router(router)
+    app.include_router(console_router("server", lambda _: server_stats(state)))
     for dialect in DIALECTS:
         app.include_router(import_module(dialect.routes).router)
     return app
