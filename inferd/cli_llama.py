@@ -117,7 +117,8 @@ def log_ignored(args: argparse.Namespace) -> None:
 def normalized(config):
     """llama-server's values in inferd's terms: -n -1 is no limit; --alias,
     --cors-origins and --api-key take comma-separated lists; --reasoning-format auto is deepseek
-    (reasoning split out wherever the model has thinking markers)."""
+    (reasoning split out wherever the model has thinking markers); --slot-save-path is an
+    existing folder (start-up ends otherwise)."""
     changes = {}
     if config.reasoning_format == "auto":
         changes["reasoning_format"] = "deepseek"
@@ -128,4 +129,9 @@ def normalized(config):
         changes[name] = [item for item in items if item]
     # Empty keys stay, so that `--api-key "$UNSET"` is refused rather than read as no key.
     changes["api_key"] = [item for value in config.api_key for item in value.split(",")]
+    if config.slot_save_path:
+        # As llama-server: the folder must exist; made absolute, so a later chdir cannot move it.
+        if not os.path.isdir(config.slot_save_path):
+            raise SystemExit(f"inferd: --slot-save-path {config.slot_save_path}: not a directory; create it first")
+        changes["slot_save_path"] = os.path.abspath(config.slot_save_path)
     return dataclasses.replace(config, **changes)

@@ -56,6 +56,7 @@ class ServerOptions:
     chat_template: str | None = option(None, "chat template: a built-in name (gemma, chatml, llama3), a Jinja file, or the template text itself")
     metrics: bool = option(False, "serve Prometheus metrics at /metrics")
     slots: bool = option(True, "serve per-slot state at /slots")
+    slot_save_path: str | None = option(None, "an existing folder where POST /slots/{id}?action=save|restore writes and reads a slot's cached tokens and KV (llama-server's); default: those actions are off")
     max_body_size: int = option(8 * 2**20, "largest request body accepted, in bytes")
     shutdown_timeout: float = option(30.0, "seconds in-flight requests may take to finish on SIGTERM")
     default_max_tokens: int | None = option(None, "max_tokens when a request sets none; default: until the context is full")

@@ -21,6 +21,7 @@ from inferd.engine.sampling.sampler import Sampler, SampleRow, make_generator
 from inferd.engine.sampling.steering import Steering
 from inferd.engine.sampling.thinking_budget import ThinkingBudget
 from inferd.engine.scheduler import Scheduler, SchedulerConfig
+from inferd.engine.slot_files import SlotMemory
 from inferd.engine.speculative import Speculator
 from inferd.engine.stop_rules import StopRules
 from inferd.models.loader import LoadedModel
@@ -77,6 +78,7 @@ class Engine:
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids) | frozenset(loaded.config.eos_token_ids)
         self.think_ids = think_ids
         self.requests: dict[str, Request] = {}
+        self.slot_memory = SlotMemory()  # what each slot ran last, for /slots save, restore and erase
         self._stops: dict[str, StopRules] = {}
         self._counters = {"prompt": 0, "computed": 0, "generated": 0, "steps": 0}
 
@@ -142,6 +144,7 @@ class Engine:
         batch = self.scheduler.schedule()
         if not batch:
             return []
+        self.slot_memory.bind(batch.requests)
         result = self.runner.run(batch)
         self.scheduler.advance(batch)
         self._counters["steps"] += 1

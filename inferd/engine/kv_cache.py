@@ -119,6 +119,27 @@ class BlockPool:
             if self.listener is not None:
                 self.listener.block_stored(h)
 
+    def hold(self, h: BlockHash) -> int | None:
+        """One more reference to the block cached under `h`, if any; not counted
+        as a hit (slot files use it to keep a block while they allocate others)."""
+        block = self.cached.get(h)
+        if block is not None:
+            if self.ref_counts[block] == 0:
+                del self.free[block]
+            self.ref_counts[block] += 1
+        return block
+
+    def forget(self, hashes: Sequence[BlockHash]) -> int:
+        """Forget those of `hashes` cached on a free block (a block some
+        sequence holds keeps its hash); returns how many were forgotten."""
+        dropped = 0
+        for h in hashes:
+            block = self.cached.get(h)
+            if block is not None and self.ref_counts[block] == 0:
+                self._evict(block, count=False)
+                dropped += 1
+        return dropped
+
     def reset_prefix_cache(self) -> int:
         """Forget every cached hash of a free block; returns how many."""
         dropped = 0

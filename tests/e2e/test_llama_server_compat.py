@@ -28,13 +28,19 @@ CHAT = {"messages": HELLO, "max_tokens": 4}
 
 
 @pytest.fixture(scope="module")
-def llama(tiny_model_dir, server_logs):
+def slot_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("slot-files")
+
+
+@pytest.fixture(scope="module")
+def llama(tiny_model_dir, server_logs, slot_dir):
     server = ServerProcess(
         tiny_model_dir, port=0, threads=1, log_path=server_logs / "llama-style.log",
         # The last --host wins: clients use the first address, the server listens on both.
         extra_args=["--host", "127.0.0.1,::1", "--jinja", "-ngl", "99", "-c", str(CTX), "--temp", "0.2", "--seed", "42", "-n", "8",
                     "-fa", "-cb", "--no-warmup", "-a", "tiny-llama,second-name", "--cors-origins", ORIGIN,
-                    "--chat-template", TEMPLATE, "--chat-template-kwargs", '{"style": "plain"}'],
+                    "--chat-template", TEMPLATE, "--chat-template-kwargs", '{"style": "plain"}',
+                    "--slot-save-path", str(slot_dir)],
     )
     server.env = {"LLAMA_ARG_N_PARALLEL": "2", "LLAMA_ARG_N_GPU_LAYERS": "99"}
     server.start()
@@ -136,8 +142,10 @@ def test_any_model_name_goes_to_the_one_model_served(http, asked, reported):
     ("healthz", "GET", "/healthz", {},
      200, lambda r: r.json()["status"] == "ok" and r.json()["slots_idle"] + r.json()["slots_processing"] == 2
      and r.json()["ctx_size"] == CTX and r.json()["max_parallel"] == 2 and r.json()["waiting"] == 0),
-    ("slot-save", "POST", "/slots/0?action=save", {"json": {"filename": "a.bin"}},
-     501, lambda r: "prefix cache" in r.json()["error"]["message"]),
+    ("slot-save-traversal", "POST", "/slots/0?action=save", {"json": {"filename": "../a.bin"}},
+     400, lambda r: r.json()["error"]["message"].startswith("Invalid filename")),
+    ("slot-restore-missing", "POST", "/slots/0?action=restore", {"json": {"filename": "none.bin"}},
+     400, lambda r: "no slot save file named none.bin" in r.json()["error"]["message"]),
     ("slot-bad-action", "POST", "/slots/0?action=dance", {"json": {}},
      400, lambda r: r.json()["error"]["param"] == "action"),
     ("response-fields", "POST", "/completion",
@@ -171,6 +179,23 @@ def test_http_behaviour(http, name, method, path, kwargs, status, check):
     r = http.request(method, path, **kwargs)
     assert r.status_code == status, r.text
     assert check(r), r.text
+
+
+def test_a_saved_slot_restores_into_the_cache(http, slot_dir):
+    """Save what slot 0 ran, erase it, restore it: the same prompt then starts from the restored
+    blocks and answers exactly as before."""
+    body = {"prompt": "A prompt long enough to fill a few blocks of sixteen tokens.", "n_predict": 4,
+            "temperature": 0}
+    first = http.post("/completion", json=body).json()
+    saved = http.post("/slots/0?action=save", json={"filename": "kept.bin"}).json()
+    assert saved["n_saved"] == (first["tokens_evaluated"] + 3) // 16 * 16
+    assert saved["n_written"] == (slot_dir / "kept.bin").stat().st_size
+    assert http.post("/slots/0?action=erase").json() == {"id_slot": 0, "n_erased": saved["n_saved"]}
+    restored = http.post("/slots/0?action=restore", json={"filename": "kept.bin"}).json()
+    assert (restored["n_restored"], restored["n_read"]) == (saved["n_saved"], saved["n_written"])
+    again = http.post("/completion", json=body).json()
+    assert again["tokens_cached"] == (first["tokens_evaluated"] - 1) // 16 * 16 > 0
+    assert again["content"] == first["content"]
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions/input_tokens", "/chat/completions/input_tokens"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Body, Depends, Request
 
 from inferd.api.llamacpp.apply_template import apply_template
 from inferd.api.llamacpp.completion import create_completion
@@ -11,7 +11,8 @@ from inferd.api.llamacpp.infill import create_infill
 from inferd.api.llamacpp.props import props
 from inferd.api.llamacpp.rerank import RerankRequest, create_rerank
 from inferd.api.llamacpp.protocol import CompletionRequest, DetokenizeRequest, InfillRequest, TokenizeRequest
-from inferd.api.llamacpp.slots import slot_action, slots
+from inferd.api.llamacpp.slot_actions import slot_action
+from inferd.api.llamacpp.slots import slots
 from inferd.api.llamacpp.tokenize import detokenize, tokenize
 from inferd.serving.chat_request import ChatCompletionRequest
 from inferd.serving.state import ServerState, get_state
@@ -54,8 +55,9 @@ async def slots_route(state: ServerState = Depends(get_state)):
 
 
 @router.post("/slots/{slot_id}")
-async def slot_action_route(slot_id: int, action: str | None = None, state: ServerState = Depends(get_state)):
-    return slot_action(state, slot_id, action)
+async def slot_action_route(slot_id: int, action: str | None = None, body: dict | None = Body(None),
+                            state: ServerState = Depends(get_state)):
+    return await slot_action(state, slot_id, action, body)
 
 
 @router.get("/props")

@@ -3,15 +3,9 @@ latest step snapshot (reading it never waits for the engine)."""
 
 from __future__ import annotations
 
+from inferd.api.llamacpp.slot_actions import NotSupported
 from inferd.engine.outputs import SlotState
-from inferd.http.errors import APIError, BadRequest
 from inferd.serving.state import ServerState
-
-
-class NotSupported(APIError):
-    """An endpoint this server was started without (llama-server answers these 501)."""
-
-    status, type = 501, "not_supported_error"
 
 
 def _busy(slot: SlotState, n_ctx: int) -> dict:
@@ -44,18 +38,6 @@ def _idle(slot_id: int, n_ctx: int) -> dict:
         "params": {"n_predict": -1},
         "next_token": {"has_next_token": False, "n_remain": -1, "n_decoded": 0},
     }
-
-
-def slot_action(state: ServerState, slot_id: int, action: str | None) -> dict:
-    """POST /slots/{id}?action=save|restore|erase. Slots here are engine sequences that
-    free their KV when they finish (it stays in the prefix cache, shared by every slot),
-    so there is no per-slot state to save, restore or erase: a 501, as llama-server
-    answers when started without --slot-save-path."""
-    if action not in ("save", "restore", "erase"):
-        raise BadRequest(f"action must be save, restore or erase, got {action!r}", param="action")
-    raise NotSupported(f"slot {action} is not supported by this server: a finished request's KV cache stays in the "
-                       "prefix cache, which every slot shares, so resending the same prompt reuses it "
-                       "(cache_prompt: true); POST /v1/cache/reset clears it", code=501)
 
 
 def slots(state: ServerState) -> list[dict]:
