@@ -67,6 +67,7 @@ class RequestOutput:
     stop_reason: int | str | None = None  # the stop token id or stop string
     usage: Usage | None = None
     timing: RequestTiming | None = None  # set on the final delta
+    scheduled: float | None = None  # when the request was first scheduled (monotonic); None while it waits
     error: str | None = None
     error_is_client: bool = False  # the request's own parameters caused the error
     error_is_shutdown: bool = False  # the server stopped first: the same request can run elsewhere or later
@@ -81,6 +82,7 @@ class RequestOutput:
         self.stop_reason, self.usage, self.error = later.stop_reason, later.usage, later.error
         self.timing, self.error_is_client = later.timing, later.error_is_client
         self.error_is_shutdown = later.error_is_shutdown
+        self.scheduled = later.scheduled if self.scheduled is None else self.scheduled
 
 
 @dataclass

@@ -66,6 +66,7 @@ class Request:
     generator: torch.Generator | None = None
     stop_reason: int | str | None = None  # the stop token id or stop string that ended it
     first_token_time: float | None = None
+    first_scheduled_time: float | None = None  # when a step first gave it tokens: its queue time ends here
     num_preemptions: int = 0
     slot: int | None = None  # which of the --parallel slots it occupies while running
     steering: Steering = field(default_factory=Steering)  # the grammar and thinking budget, when used

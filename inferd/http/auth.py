@@ -114,10 +114,20 @@ class ApiKeyAuth:
             if ticket is not None and ticket.admitted:
                 await tenants.settle(ticket, status)
                 prompt, completion, _ = ticket.usage()
-                log.info("%s %s key=%s model=%s status=%d tokens=%d+%d trace=%s", scope["method"], scope["path"],
-                         ticket.key.name, ticket.model, status, prompt, completion, trace)
+                log.info("%s %s key=%s model=%s status=%d tokens=%d+%d%s trace=%s", scope["method"], scope["path"],
+                         ticket.key.name, ticket.model, status, prompt, completion, timings(ctx), trace)
             elif ctx.model:  # a generating request on a server without keys
-                log.info("%s %s model=%s status=%d trace=%s", scope["method"], scope["path"], ctx.model, status, trace)
+                log.info("%s %s model=%s status=%d%s trace=%s", scope["method"], scope["path"], ctx.model, status,
+                         timings(ctx), trace)
+
+
+def timings(ctx: RequestContext) -> str:
+    """The log line's queue time and time to first token, from the request's first card (none in a router)."""
+    if not ctx.cards:
+        return ""
+    card = ctx.cards[0]
+    ttft = "-" if card.first_token is None else f"{(card.first_token - card.started) * 1000:.0f}"
+    return f" queue_ms={card.queue_time * 1000:.0f} ttft_ms={ttft}"
 
 
 def presented_keys(headers: Iterable[tuple[bytes, bytes]]) -> list[bytes]:

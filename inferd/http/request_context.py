@@ -33,6 +33,7 @@ class RequestContext:
     ticket: Ticket | None = None
     tenants: Tenants | None = None
     services: dict[str, Any] = field(default_factory=dict)  # what the app lends its routes (cards)
+    cards: list[Any] = field(default_factory=list)  # the request cards its generations opened (serving/cards.py)
 
 
 def current_request() -> RequestContext | None:

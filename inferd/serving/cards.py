@@ -1,9 +1,10 @@
 """Request cards: what a generating request is doing, for `/v1/requests`.
 
 Every `Generation` gets a card when it is submitted: trace id, key, model,
-route, state, token counts, timings and the last 64 KiB of output. Cards of
-requests in flight are kept by id; finished ones move to a bounded ring, the
-newest first. A card can stop its generation from another connection:
+route, state, token counts, timings (queue time, until the engine first
+scheduled it; time to first token; duration) and the last 64 KiB of output.
+Cards of requests in flight are kept by id; finished ones move to a bounded
+ring, the newest first. A card can stop its generation from another connection:
 `cancel` ends the original answer with its dialect's error, `interrupt` ends
 it normally with the output so far.
 
@@ -38,11 +39,23 @@ class RequestCard:
     cached_tokens: int = 0
     created: float = field(default_factory=time.time)
     started: float = field(default_factory=time.monotonic)
+    scheduled: float | None = None  # when the engine first gave it a step (the first choice to get one)
     first_token: float | None = None
     ended: float | None = None
     output: str = ""
     error: str | None = None
     generation: Generation | None = field(default=None, repr=False)
+
+    def saw_scheduled(self, when: float | None) -> None:
+        if when is not None and (self.scheduled is None or when < self.scheduled):
+            self.scheduled = when
+
+    @property
+    def queue_time(self) -> float:
+        """Seconds from submission to the engine's first step for it; so far, while it waits."""
+        end = self.scheduled if self.scheduled is not None else self.ended if self.ended is not None \
+            else time.monotonic()
+        return max(0.0, end - self.started)
 
     def add_output(self, text: str) -> None:
         if self.first_token is None:
@@ -58,6 +71,7 @@ class RequestCard:
             "route": self.route, "state": self.state, "created": self.created,
             "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                       "cached_tokens": self.cached_tokens},
+            "queue_time": round(self.queue_time, 6),
             "time_to_first_token": None if self.first_token is None else round(self.first_token - self.started, 6),
             "duration": round(now - self.started, 6), "error": self.error,
         }

@@ -185,6 +185,7 @@ class Generation:
             self.card = self.cards.open(RequestCard(
                 request_id, ctx.trace_id, ctx.key.name if ctx.key is not None else None, ctx.model, ctx.path,
                 prompt_tokens=self.prompt_tokens, generation=self))
+            ctx.cards.append(self.card)  # for the request's log line
 
     def usage(self) -> tuple[int, int, int]:
         """Prompt, completion and cached tokens so far."""
@@ -214,6 +215,7 @@ class Generation:
                 self.cached_tokens[i] = out.usage.cached_tokens
         card = self.card
         if card is not None:
+            card.saw_scheduled(out.scheduled)
             card.add_output(out.text)
             card.completion_tokens, card.cached_tokens = self.usage()[1:]
 

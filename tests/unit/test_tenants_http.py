@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 from collections import Counter, defaultdict
 
 import pytest
@@ -197,6 +198,7 @@ def test_cancel_and_interrupt_from_a_second_connection(server):
                 assert card["state"] == {"cancel": "cancelled", "interrupt": "interrupted"}[how]
                 assert card["key"] == name and card["route"] == "/v1/chat/completions"
                 assert card["usage"]["completion_tokens"] < LONG and card["output"]
+                assert 0 <= card["queue_time"] <= card["time_to_first_token"] <= card["duration"]
                 again = await c.post(f"/v1/requests/{trace}/{how}", headers=AUTH)
                 assert again.status_code == 409
             cancelled = outcomes["cancel"].strip().split("\n\n")
@@ -434,4 +436,5 @@ def test_without_keys_a_generating_request_still_logs_its_trace_id(loaded, caplo
     with caplog.at_level("INFO", logger="inferd.requests"):
         r = run(go())
     assert r.status_code == 200 and r.headers["x-request-id"] == "open-trace"
-    assert "POST /v1/chat/completions model=tiny status=200 trace=open-trace" in caplog.text
+    assert re.search(r"POST /v1/chat/completions model=tiny status=200 queue_ms=\d+ ttft_ms=\d+ trace=open-trace",
+                     caplog.text)
