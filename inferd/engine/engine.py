@@ -145,6 +145,10 @@ class Engine:
         if not batch:
             return []
         self.slot_memory.bind(batch.requests)
+        now = time.monotonic()
+        for req in batch.requests:
+            if req.first_scheduled_time is None:
+                req.first_scheduled_time = now
         result = self.runner.run(batch)
         self.scheduler.advance(batch)
         self._counters["steps"] += 1
@@ -255,7 +259,8 @@ class Engine:
         self._counters["generated"] += 1
         if req.first_token_time is None:
             req.first_token_time = time.monotonic()
-        out = RequestOutput(req.request_id, token_ids=[token], logprobs=[logprobs] if logprobs else None)
+        out = RequestOutput(req.request_id, token_ids=[token], logprobs=[logprobs] if logprobs else None,
+                            scheduled=req.first_scheduled_time)
         try:
             grammar_done = req.steering.advance(token)
         except ValueError as e:  # the grammar refused a token it had allowed: end this request only
@@ -279,6 +284,7 @@ class Engine:
         out.stop_reason = req.stop_reason
         out.usage = Usage(req.num_prompt_tokens, len(req.output_token_ids), req.num_cached_tokens)
         out.timing = RequestTiming(req.arrival_time, req.first_token_time, time.monotonic())
+        out.scheduled = req.first_scheduled_time
         # pop: a request whose own work raised half-way through finishing is finished again
         self.requests.pop(req.request_id, None)
         self._stops.pop(req.request_id, None)
