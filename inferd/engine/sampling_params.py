@@ -53,6 +53,7 @@ class SamplingParams:
     thinking_budget: int | None = None  # reasoning tokens before </think> is forced; None or -1 = unlimited
     max_pattern_size: int = 0  # loop guard: end when a pattern of up to this many tokens ...
     min_count: int = 0  # ... repeats this many times back to back (0 = off)
+    min_pattern_size: int = 0  # ... counting only patterns at least this long (0 = 1)
 
     @property
     def greedy(self) -> bool:
@@ -73,12 +74,17 @@ class SamplingParams:
             if self.max_tokens is not None and self.thinking_budget > self.max_tokens:
                 _fail("thinking_budget", f"thinking_budget ({self.thinking_budget}) must not exceed max_tokens "
                                          f"({self.max_tokens}); raise max_tokens or lower the budget")
-        if self.max_pattern_size or self.min_count:
+        if self.max_pattern_size or self.min_count or self.min_pattern_size:
             _require_int("max_pattern_size", self.max_pattern_size)
             _require_int("min_count", self.min_count)
+            _require_int("min_pattern_size", self.min_pattern_size)
             if self.max_pattern_size < 1 or self.min_count < 2:
                 _fail("max_pattern_size", "the loop guard needs max_pattern_size >= 1 and min_count >= 2, "
                                           f"got {self.max_pattern_size} and {self.min_count}")
+            if not 0 <= self.min_pattern_size <= self.max_pattern_size:
+                _fail("min_pattern_size", "the loop guard's min_pattern_size must be in [0, max_pattern_size] "
+                                          f"(0 and 1 look for every pattern), got {self.min_pattern_size} with "
+                                          f"max_pattern_size {self.max_pattern_size}")
             self._validate_loop_guard_size(max_model_len)
         _require_int("min_tokens", self.min_tokens)
         if self.min_tokens < 0:

@@ -43,7 +43,8 @@ class StopRules:
         self.max_tokens = params.max_tokens
         self.max_model_len = max_model_len
         self.detokenizer = detokenizer
-        self.loop_guard = LoopGuard(params.max_pattern_size, params.min_count) if params.min_count else None
+        self.loop_guard = (LoopGuard(params.max_pattern_size, params.min_count, params.min_pattern_size or 1)
+                           if params.min_count else None)
 
     def add(
         self, token: int, *, num_output_tokens: int, num_tokens: int, grammar_done: bool

@@ -67,7 +67,7 @@ async def submit_chat(state: ServerState, req: ChatCompletionRequest, raw: Reque
                             defaults=state.sampling_defaults)
         p.stop += [s for s in state.template.stop if s not in p.stop]  # the template's own turn end
         p.thinking_budget = budget if budget is not None else state.config.reasoning_budget
-        p.max_pattern_size, p.min_count = req.max_pattern_size, req.min_count
+        p.max_pattern_size, p.min_count, p.min_pattern_size = req.max_pattern_size, req.min_count, req.min_pattern_size
         params.append(p)
     constraints = [state.grammar.constraint(spec) if spec else None for _ in range(req.n)]
     await admit(state.reported_model(req.model), [prompt_ids] * req.n, params, engine.engine.max_model_len)

@@ -24,10 +24,10 @@ def _check_template_variables(variables: dict) -> None:
 
 
 def loop_guard_fields(body: BaseModel | None) -> dict[str, Any]:
-    """The loop guard (max_pattern_size, min_count) as a dialect without those fields of
-    its own carries them (Anthropic, Responses, Ollama's options): unknown fields of its body."""
+    """The loop guard (max_pattern_size, min_count, min_pattern_size) as a dialect without those
+    fields of its own carries them (Anthropic, Responses, Ollama's options): unknown fields of its body."""
     extra = (body.model_extra or {}) if body is not None else {}
-    return {name: extra[name] for name in ("max_pattern_size", "min_count") if name in extra}
+    return {name: extra[name] for name in ("max_pattern_size", "min_count", "min_pattern_size") if name in extra}
 
 
 class StreamOptions(WireModel):
@@ -143,6 +143,8 @@ class ChatCompletionRequest(SamplingFields):
                                   description="loop guard: longest repeated pattern, in tokens; "
                                               "max_pattern_size * min_count must also fit the context")
     min_count: int = Field(0, ge=0, description="loop guard: repeats that end generation")
+    min_pattern_size: int = Field(0, ge=0, le=1024, description="loop guard: shortest pattern counted, in tokens "
+                                                                "(0 or 1: every length up to max_pattern_size)")
 
     @model_validator(mode="after")
     def _check(self):

@@ -58,6 +58,7 @@ async def run_completion(state: ServerState, req: GenerationFields, prompts: lis
     budget = req.requested_thinking_budget()
     params.thinking_budget = budget if budget is not None else state.config.reasoning_budget
     params.max_pattern_size, params.min_count = req.max_pattern_size, req.min_count
+    params.min_pattern_size = req.min_pattern_size
     priority = request_priority(raw)
     spec = req.grammar_spec()
     if spec is not None:  # a first-seen large schema can take a moment to compile

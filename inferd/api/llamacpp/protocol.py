@@ -70,6 +70,7 @@ class GenerationFields(LlamaRequest):
     # The loop guard, as on the chat route (le: the engine's MAX_LOOP_PATTERN_SIZE).
     max_pattern_size: int = Field(0, ge=0, le=1024)
     min_count: int = Field(0, ge=0)
+    min_pattern_size: int = Field(0, ge=0, le=1024)
 
     def requested_thinking_budget(self) -> int | None:
         for value in (self.thinking_budget_tokens, self.thinking_token_budget, self.thinking_budget):

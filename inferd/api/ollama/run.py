@@ -55,6 +55,7 @@ async def generate(state: ServerState, req: GenerationRequest, prompt: Prompt, r
     params.thinking_budget = state.config.reasoning_budget
     guard = loop_guard_fields(req.options)  # Ollama has no such options: read as extra ones
     params.max_pattern_size, params.min_count = guard.get("max_pattern_size", 0), guard.get("min_count", 0)
+    params.min_pattern_size = guard.get("min_pattern_size", 0)
     markers = state.think_markers
     started = markers is not None and prompt_opens_thinking(prompt.text, markers)
     constraint = state.grammar.constraint(spec) if spec else None

@@ -44,6 +44,7 @@ async def create_completion(state: ServerState, req: CompletionRequest, raw: Req
             params.append(sampling_params(req, max_tokens, req.logprobs, seed_offset=j,
                                           defaults=state.sampling_defaults))
             params[-1].max_pattern_size, params[-1].min_count = req.max_pattern_size, req.min_count
+            params[-1].min_pattern_size = req.min_pattern_size
     await admit(state.reported_model(req.model), ids, params, context)
     request_id = new_id("cmpl")
     submission = Submission(request_id, request_priority(raw), req.cache_prompt, req.cache_salt)

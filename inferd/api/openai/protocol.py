@@ -22,6 +22,7 @@ class CompletionRequest(SamplingFields):
     # The loop guard, as on chat (le: the engine's MAX_LOOP_PATTERN_SIZE).
     max_pattern_size: int = Field(0, ge=0, le=1024)
     min_count: int = Field(0, ge=0)
+    min_pattern_size: int = Field(0, ge=0, le=1024)
 
     @field_validator("prompt")
     @classmethod
