@@ -1,6 +1,11 @@
 """Putting together a server's models loaded on demand (`serving.model_host`):
-every --model after the first and every chat model in the store, minus the
-server's own; the memory budget; their metrics."""
+every --model after the first and every model in the store (chat, embedding
+or rerank), minus those the server loads at start (its own, each
+--embedding-model); the memory budget; their metrics.
+
+A stored Hugging Face repository answers to `owner/repo` and, where no other
+model has it, to `repo` as written and lowercased (`all-MiniLM-L6-v2`,
+`all-minilm-l6-v2`)."""
 
 from __future__ import annotations
 
@@ -15,9 +20,12 @@ from prometheus_client.registry import Collector
 
 from inferd.config import ServeConfig
 from inferd.model_store import ModelStore, StoreError
-from inferd.models.loader import load_model
+from inferd.models.default_embedding import BUNDLED_EMBEDDING_NAMES, DEFAULT_EMBEDDING_NAME, resolve_with_bundled
+from inferd.models.encoder_loader import encoder_dtype, folder_kind, load_encoder
+from inferd.models.loader import load_model, resolve_device
 from inferd.models.paths import resolve_model_path
 from inferd.serving.model_host import HostedModel, ModelHost, available_memory
+from inferd.serving.served_models import CHAT
 from inferd.serving.state import ServerState
 
 log = logging.getLogger("inferd.serve")
@@ -46,30 +54,37 @@ def build_host(state: ServerState) -> ModelHost | None:
     config = state.config
     budget = memory_budget(config)
     own = _path_of(config.model, config.data_dir)
+    encoders, encoder_names = _encoders_at_start(config)
     by_path: dict[Path, HostedModel] = {}  # names whose bytes are one model share its entry: one load, one engine
 
-    def add(names: list[str], source: str, path: Path, size: int) -> None:
-        taken = {n for m in by_path.values() for n in m.names} | set(state.served_names)
+    def add(names: list[str], source: str, path: Path, size: int, kind: str = CHAT) -> None:
+        taken = {n for m in by_path.values() for n in m.names} | set(state.served_names) | encoder_names
         names = [n for n in dict.fromkeys(names) if n not in taken]
-        if not names:
+        if not names or path in encoders:
             return
         if path == own:
             state.same_model_names.extend(names)
         elif path in by_path:
             by_path[path].aliases += tuple(names)
         else:
-            by_path[path] = HostedModel(names[0], source, size, aliases=tuple(names[1:]))
+            by_path[path] = HostedModel(names[0], source, size, aliases=tuple(names[1:]), kind=kind)
 
     for source in config.models[1:]:
         name, path = resolve_model_path(source, config.data_dir)
-        add([name], source, path.resolve(), _bytes(path))
-    for manifest in _stored(config.data_dir):
-        if not {"chat", "completion"} & set(manifest.capabilities):
-            continue  # an embedding model: served with --embedding-model
-        path = _stored_path(config.data_dir, manifest)
-        if path is not None:
-            name = manifest.model_name
-            add([name.short, name.full], name.full, path.resolve(), manifest.size)
+        add([name], source, path.resolve(), _bytes(path), folder_kind(path))
+    stored = [(m, p) for m in _stored(config.data_dir) if (p := _stored_path(config.data_dir, m)) is not None]
+    for manifest, path in stored:
+        name = manifest.model_name
+        kind = CHAT if {"chat", "completion"} & set(manifest.capabilities) else folder_kind(path)
+        if kind == CHAT and "embeddings" in manifest.capabilities:
+            log.info("%s is a GGUF embedding model, which inferd does not serve; skipped", name.short)
+            continue
+        add([name.short, name.full], name.full, path.resolve(), manifest.size, kind)
+    for manifest, path in stored:  # short names last: a model's own name wins over another's short one
+        repo = manifest.model_name
+        if repo.is_hub_repo and path.resolve() in by_path:
+            short = repo.name.rsplit("/", 1)[1] + ("" if repo.tag == "latest" else f":{repo.tag}")
+            add([short, short.lower()], repo.full, path.resolve(), manifest.size)
     models = list(by_path.values())
     if len(config.models) > 1 and config.default_model is None:
         state.served.strict = True  # several models named: a name none of them has is a 404, not the first model
@@ -79,8 +94,13 @@ def build_host(state: ServerState) -> ModelHost | None:
             raise ValueError(f"--preload {name}: no such model here; served: {', '.join(sorted(known))}")
     if not models:
         return None
+    device = resolve_device(config.device)
     host = ModelHost(config, models, budget,
-                     lambda source: load_model(source, config.dtype, config.device, config.weights, config.data_dir))
+                     lambda source: load_model(source, config.dtype, config.device, config.weights, config.data_dir),
+                     encoder_loader=lambda source, name: load_encoder(
+                         name, resolve_model_path(source, config.data_dir)[1],
+                         encoder_dtype(config.embedding_dtype, device), device))
+    state.served.on_demand = lambda: [(m.name, [m.kind]) for m in models if m.kind != CHAT]
     if state.metrics is not None:
         state.metrics.registry.register(HostCollector(host))
     log.info("%d more models load on demand (%s); up to %s at once within %d MiB", len(models),
@@ -119,6 +139,16 @@ class HostCollector(Collector):
                                 value=sum(m.resident_bytes for m in loaded))
         yield CounterMetricFamily("inferd_model_loads", "loads of models on demand",
                                   value=sum(m.loads for m in self.host.models))
+
+
+def _encoders_at_start(config: ServeConfig) -> tuple[set[Path], set[str]]:
+    """The paths and names of the --embedding-model models (loaded at start, not on demand)."""
+    paths, names = set(), set()
+    for model in config.embedding_model:
+        name, path = resolve_with_bundled(model, config.data_dir)
+        paths.add(path.resolve())
+        names |= {model, name, *(BUNDLED_EMBEDDING_NAMES if name == DEFAULT_EMBEDDING_NAME else ())}
+    return paths, names
 
 
 def _stored(data_dir: str | None) -> list:

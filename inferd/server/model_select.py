@@ -1,8 +1,11 @@
 """The door to the models loaded on demand (`serving.model_host`): a request
 whose body names one of them waits for it to load, holds it for as long as it
-runs, and reaches the routes with that model chosen (`serving.state.choose_model`),
-so every dialect serves it unchanged. Requests for the server's own model, or
-naming no model, pass straight through.
+runs, and reaches the routes with that model chosen (a chat model by
+`serving.state.choose_model`, an embedding or rerank model by
+`serving.served_models.choose_leased`), so every dialect serves it unchanged.
+Requests for the server's own models, or naming no model, pass straight
+through; a model that cannot do what the path asks is a 400 before it loads.
+Batch and background items come through here too (`server.job_dispatch`).
 
 Ollama's `keep_alive` is read here too, and its way to unload a model:
 /api/generate or /api/chat with nothing to run and `keep_alive: 0`."""
@@ -19,17 +22,42 @@ from inferd.api.ollama.results import created_at
 from inferd.api.registry import endpoints
 from inferd.http.errors import APIError, BadRequest
 from inferd.serving.keep_alive import parse_keep_alive
+from inferd.serving.model_host import HostedModel
+from inferd.serving.served_models import CHAT, EMBED, RERANK, choose_leased
 from inferd.serving.state import ServerState, choose_model
 
 # Client POST paths that do not run the chat model: they never load one.
 _NOT_CHAT = ("embed", "rerank", "audio", "files", "batches", "cancel", "/api/show", "{")
+_POOLED = ("embed", "rerank")  # paths that run an embedding or rerank model
 _OLLAMA_LOADS = {"/api/generate": "prompt", "/api/chat": "messages"}
+_IS = {CHAT: "a chat model", EMBED: "an embedding model", RERANK: "a reranker (cross-encoder)"}
 
 
 @cache
 def chat_paths() -> frozenset[str]:
     return frozenset(p for p, e in endpoints().items()
                      if "POST" in e.methods and not any(mark in p for mark in _NOT_CHAT))
+
+
+@cache
+def pooled_paths() -> frozenset[str]:
+    return frozenset(p for p, e in endpoints().items()
+                     if "POST" in e.methods and any(mark in p for mark in _POOLED) and "{" not in p)
+
+
+@cache
+def selected_paths() -> frozenset[str]:
+    """The paths whose body's `model` may name a model loaded on demand."""
+    return chat_paths() | pooled_paths()
+
+
+def _task(path: str) -> str:
+    return CHAT if path in chat_paths() else EMBED if "embed" in path else RERANK
+
+
+def _fits(model: HostedModel, task: str) -> bool:
+    """The model can do `task` (reranking takes an embedding model too: cosine scores)."""
+    return model.kind == task or (task == RERANK and model.kind == EMBED)
 
 
 class ModelSelect:
@@ -40,16 +68,21 @@ class ModelSelect:
         state = self.state()
         path = scope.get("path", "")
         if (scope["type"] != "http" or state.host is None or scope.get("method") != "POST"
-                or path not in chat_paths() or _is_multipart(scope)):
+                or path not in selected_paths() or _is_multipart(scope)):
             return await self.app(scope, receive, send)
         messages, body = await _read_body(receive)
         replay = _replayer(messages, receive)
         data = _json_object(body)
         name = data.get("model") if data is not None else None
-        model = state.host.find(name) if isinstance(name, str) and name not in _own_names(state) else None
+        model = state.host.find(name) if isinstance(name, str) and name not in _own_names(state, path) else None
         if model is None:
             return await self.app(scope, replay, send)
         host = state.host
+        if not _fits(model, _task(path)):
+            able = ", ".join(repr(n) for n in _able(state, _task(path))) or "none is served here"
+            error = BadRequest(f"model {name!r} is {_IS[model.kind]}: {path} needs {_IS[_task(path)]} ({able})",
+                               param="model", code="model_not_supported")
+            return await self.respond(path, error)(scope, replay, send)
         try:
             keep_alive = _keep_alive(data) if path.startswith("/api/") else "default"
         except ValueError as error:
@@ -62,10 +95,13 @@ class ModelSelect:
                           {"message": {"role": "assistant", "content": ""}})
             return await JSONResponse(answer)(scope, replay, send)
         try:
-            chat = await host.acquire(model, keep_alive)
+            parts = await host.acquire(model, keep_alive)
         except APIError as error:
             return await self.respond(path, error)(scope, replay, send)
-        choose_model(state, chat)
+        if model.kind == CHAT:
+            choose_model(state, parts)
+        else:
+            choose_leased(parts.served)
         released = False
 
         async def send_then_release(message):
@@ -82,8 +118,19 @@ class ModelSelect:
                 await host.release(model)
 
 
-def _own_names(state: ServerState) -> list[str]:
-    names = state.served_names
+def _able(state: ServerState, task: str) -> list[str]:
+    tasks = (RERANK, EMBED) if task == RERANK else (task,)
+    own = state.served_names[:1] if task == CHAT and state.engine is not None else \
+        [m.name for m in state.served.able(*tasks)]
+    return own + [m.name for m in state.host.models if _fits(m, task)]
+
+
+def _own_names(state: ServerState, path: str) -> list[str]:
+    """The names of the models this server loaded at start for what `path` does."""
+    if path in chat_paths():
+        names = state.served_names
+    else:
+        names = [n for m in state.served.models for n in m.names]
     return names + [f"{n}:latest" for n in names]
 
 

@@ -1,7 +1,7 @@
-"""The chat models a server loads on demand beside its own: every further
---model and every model in the store.
+"""The models a server loads on demand beside its own: every further --model
+and every model in the store, chat models and embedding or rerank models alike.
 
-Each loaded model has its own engine. A request that names one holds a lease
+Each loaded chat model has its own engine, each encoder its own thread. A request that names one holds a lease
 on it (`use`) for as long as it runs: the first request loads it on a worker
 thread and those that come meanwhile wait for the same load. Residency:
 after its last request a model stays loaded for its keep-alive (--keep-alive,
@@ -10,8 +10,8 @@ or the request's Ollama `keep_alive`); a load that would pass
 idle model; a model with requests in flight is never unloaded; a model that
 cannot fit even alone is refused with 507 and both sizes.
 
-The server's own model (the first --model) loads at start and stays: the
-limits count only the models loaded here."""
+The server's own model (the first --model) and every --embedding-model load
+at start and stay: the limits count only the models loaded here."""
 
 from __future__ import annotations
 
@@ -27,12 +27,16 @@ from inferd.chat.reasoning import think_token_ids
 from inferd.chat.template import chat_template_for
 from inferd.config import ServeConfig
 from inferd.engine.async_engine import AsyncEngine
+from inferd.engine.embedding.build import pooled_encoder
+from inferd.engine.embedding.model import PooledModel
 from inferd.engine.engine import Engine
 from inferd.http.errors import HTTPStatusError, ServiceUnavailable
+from inferd.models.encoder_loader import LoadedEncoder
 from inferd.models.loader import LoadedModel
 from inferd.serving.chat_defaults import template_defaults
 from inferd.serving.chat_features import attach_chat_features
 from inferd.serving.keep_alive import FOREVER, parse_keep_alive
+from inferd.serving.served_models import CHAT, ServedModel
 
 log = logging.getLogger("inferd.models")
 
@@ -54,12 +58,25 @@ class ChatModel:
 
 
 @dataclass
+class EncoderModel:
+    """One loaded embedding or rerank model: what `served_models.pick` answers for it."""
+    loaded: LoadedEncoder
+    served: ServedModel
+
+    @property
+    def pooled(self) -> PooledModel:
+        return self.served.pooled
+
+
+@dataclass
 class HostedModel:
     name: str
-    source: str  # what load_model takes: a path or a stored model's name
+    source: str  # what load_model (or load_encoder) takes: a path or a stored model's name
     file_bytes: int  # the weights on disk: the size before it is loaded
     aliases: tuple[str, ...] = ()
+    kind: str = CHAT  # chat, or served_models' embed or rerank: an encoder
     chat: ChatModel | None = None
+    encoder: EncoderModel | None = None
     loading: asyncio.Future | None = None
     leases: int = 0
     last_used: float = field(default_factory=time.time)
@@ -70,6 +87,10 @@ class HostedModel:
     @property
     def names(self) -> tuple[str, ...]:
         return (self.name, *self.aliases)
+
+    @property
+    def is_loaded(self) -> bool:
+        return self.chat is not None or self.encoder is not None
 
     @property
     def busy(self) -> bool:
@@ -87,12 +108,14 @@ class HostedModel:
 
 class ModelHost:
     def __init__(self, config: ServeConfig, models: list[HostedModel], budget: int,
-                 loader: Callable[[str], LoadedModel], on_unload: Callable[[str], None] = lambda reason: None):
+                 loader: Callable[[str], LoadedModel], on_unload: Callable[[str], None] = lambda reason: None,
+                 encoder_loader: Callable[[str, str], LoadedEncoder] | None = None):
         self.config = config
         self.models = models
         self.budget = budget  # bytes the models loaded here may hold together
         self.max_loaded = config.max_loaded_models
-        self.loader = loader
+        self.loader = loader  # a chat model's source -> LoadedModel
+        self.encoder_loader = encoder_loader  # (source, name) -> LoadedEncoder
         self.on_unload = on_unload  # counts unloads by reason (metrics)
         self.unloads: dict[str, int] = {}
         self._room = asyncio.Lock()
@@ -114,15 +137,15 @@ class ModelHost:
         return None
 
     def loaded(self) -> list[HostedModel]:
-        return [m for m in self.models if m.chat is not None]
+        return [m for m in self.models if m.is_loaded]
 
     # -- leases ----------------------------------------------------------------
-    async def acquire(self, model: HostedModel, keep_alive: float | None | str = "default") -> ChatModel:
+    async def acquire(self, model: HostedModel, keep_alive: float | None | str = "default") -> ChatModel | EncoderModel:
         """Lease `model` for one request, loading it first when it is not loaded."""
         self._start_sweeper()
         model.leases += 1
         try:
-            while model.chat is None:
+            while not model.is_loaded:
                 if model.loading is None:
                     model.loading = asyncio.ensure_future(self._load(model))
                 await asyncio.shield(model.loading)
@@ -132,7 +155,7 @@ class ModelHost:
         # Each request sets how long the model stays after it, as in Ollama: its own keep_alive or the server's.
         model.keep_alive = self.keep_alive if keep_alive == "default" else keep_alive
         model.last_used = time.time()
-        return model.chat
+        return model.chat if model.chat is not None else model.encoder
 
     async def release(self, model: HostedModel) -> None:
         model.leases -= 1
@@ -142,13 +165,14 @@ class ModelHost:
 
     async def unload(self, model: HostedModel, reason: str) -> bool:
         """Unload `model` unless requests are in flight on it; True when it was unloaded."""
-        if model.chat is None or model.busy:
+        if not model.is_loaded or model.busy:
             return False
-        chat, model.chat, model.size = model.chat, None, 0
+        parts = model.chat if model.chat is not None else model.encoder
+        model.chat, model.encoder, model.size = None, None, 0
         self.unloads[reason] = self.unloads.get(reason, 0) + 1
         self.on_unload(reason)
         log.info("unloaded %s (%s)", model.name, reason)
-        await asyncio.to_thread(self._free, chat)
+        await asyncio.to_thread(self._free, parts)
         return True
 
     # -- loading ---------------------------------------------------------------
@@ -157,16 +181,22 @@ class ModelHost:
             async with self._room:  # one load at a time: each sees the room the others left
                 await self._make_room(model)
                 started = time.monotonic()
-                model.chat = await asyncio.to_thread(self._build, model)
-                model.size = self._measure(model.chat)
+                parts = await asyncio.to_thread(self._build, model)
+                if isinstance(parts, EncoderModel):
+                    model.encoder = parts
+                else:
+                    model.chat = parts
+                model.size = self._measure(parts)
                 model.loads += 1
                 model.last_used = time.time()
-                log.info("loaded %s on demand in %.1fs (%d MiB with its KV cache)", model.name,
-                         time.monotonic() - started, model.size >> 20)
+                log.info("loaded %s on demand in %.1fs (%d MiB%s)", model.name, time.monotonic() - started,
+                         model.size >> 20, " with its KV cache" if model.chat is not None else "")
         finally:
             model.loading = None
 
-    def _build(self, model: HostedModel) -> ChatModel:
+    def _build(self, model: HostedModel) -> ChatModel | EncoderModel:
+        if model.kind != CHAT:
+            return self._build_encoder(model)
         loaded = self.loader(model.source)
         chat = ChatModel(self.config, model.names, loaded)
         chat.template = chat_template_for(loaded.tokenizer, self.config.chat_template)
@@ -175,8 +205,13 @@ class ModelHost:
         chat.engine = AsyncEngine(Engine(loaded, self.config, think_ids=think_token_ids(loaded.tokenizer)))
         return chat
 
-    def _measure(self, chat: ChatModel) -> int:
-        return _loaded_bytes(chat)
+    def _build_encoder(self, model: HostedModel) -> EncoderModel:
+        loaded = self.encoder_loader(model.source, model.name)
+        pooled = pooled_encoder(loaded, self.config.embedding_batch_tokens, self.config.max_queue)
+        return EncoderModel(loaded, ServedModel(model.name, frozenset({pooled.kind}), model.aliases, pooled))
+
+    def _measure(self, parts: ChatModel | EncoderModel) -> int:
+        return _loaded_bytes(parts)
 
     async def _make_room(self, model: HostedModel) -> None:
         need = model.file_bytes
@@ -213,28 +248,37 @@ class ModelHost:
                 if expires is not None and expires <= now and model.loading is None:
                     await self.unload(model, "expired")
 
-    def _free(self, chat: ChatModel) -> None:
-        _free(chat)
+    def _free(self, parts: ChatModel | EncoderModel) -> None:
+        _free(parts)
 
     async def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
         for model in self.loaded():
-            model.chat.engine.shutdown()
-            model.chat = None
+            if model.chat is not None:
+                model.chat.engine.shutdown()
+            else:
+                model.encoder.pooled.close()
+            model.chat = model.encoder = None
 
 
-def _free(chat: ChatModel) -> None:
-    chat.engine.shutdown()
-    chat.engine = chat.loaded = None
+def _free(parts: ChatModel | EncoderModel) -> None:
+    if isinstance(parts, EncoderModel):
+        parts.pooled.close()  # fails what still waits (nothing: an idle model is unloaded) and ends its thread
+        parts.served.pooled = parts.loaded = None
+    else:
+        parts.engine.shutdown()
+        parts.engine = parts.loaded = None
     gc.collect()
 
 
-def _loaded_bytes(chat: ChatModel) -> int:
-    net = chat.loaded.model
+def _loaded_bytes(parts: ChatModel | EncoderModel) -> int:
+    net = parts.loaded.model
     weights = sum(t.numel() * t.element_size() for t in (*net.parameters(), *net.buffers()))
+    if isinstance(parts, EncoderModel):
+        return weights  # activations live only while a batch computes
     kv = sum(k.numel() * k.element_size() + v.numel() * v.element_size()
-             for k, v in chat.engine.engine.runner.kv_caches)
+             for k, v in parts.engine.engine.runner.kv_caches)
     return weights + kv
 
 

@@ -9,7 +9,8 @@ that cannot do the task)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from inferd.engine.embedding.model import PooledModel
@@ -37,9 +38,21 @@ class ServedModel:
         return (self.name, *self.aliases)
 
 
+# A model loaded on demand (serving.model_host) that this request holds a lease on; `pick` answers it.
+_LEASED: ContextVar[ServedModel | None] = ContextVar("inferd_leased_model", default=None)
+
+
+def choose_leased(model: ServedModel | None) -> None:
+    """Route what runs in this context (one request) to `model`, loaded on demand for it."""
+    _LEASED.set(model)
+
+
 class ServedModels:
     def __init__(self) -> None:
         self.models: list[ServedModel] = []
+        # The models this process loads on demand, (name, tasks) each: named in a 404, loaded by
+        # server.model_select before the route runs.
+        self.on_demand: Callable[[], list[tuple[str, list[str]]]] = lambda: []
         self.loaded = False  # every model is in; until then a missing task may still be loading
         self.default: str | None = None  # --default-model: serves requests naming a model served nowhere here
         self.strict = False  # --strict-model-names: no fallback, not even to the one model served
@@ -75,10 +88,12 @@ class ServedModels:
             raise ServiceUnavailable("the model is still loading; retry shortly", code="loading",
                                      headers={"Retry-After": "2"})
         if requested:
-            model = self.meant(requested)
+            leased = _LEASED.get()
+            model = leased if leased is not None and requested in leased.names else self.meant(requested)
             if model is None:
-                raise NotFound(f"model {requested!r} is not served here; this server serves "
-                               f"{_listing(self.models)}", param="model", code="model_not_found")
+                listing = ", ".join([_listing(self.models), *(f"{n!r} ({', '.join(t)})" for n, t in self.on_demand())])
+                raise NotFound(f"model {requested!r} is not served here; this server serves {listing}",
+                               param="model", code="model_not_found")
             if not model.tasks & set(tasks):
                 raise BadRequest(f"model {requested!r} cannot {_VERBS[tasks[0]]}: {self._instead(tasks)}",
                                  param="model", code="model_not_supported")

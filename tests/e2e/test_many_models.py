@@ -1,17 +1,22 @@
 """One `inferd serve` for several models against a real process: the tiny model
 as its own (--model), a tiny Llama named with a further --model and another
-(other weights) only in its store, loaded on demand with --max-loaded-models 1, so the
-two on-demand models evict each other. Driven by the OpenAI and Ollama SDKs
-and by `inferd ps` / `inferd stop`."""
+(other weights) and a tiny BERT embedding model only in its store, loaded on
+demand with --max-loaded-models 1, so the on-demand models evict each other.
+Driven by the OpenAI and Ollama SDKs (batches too) and by `inferd ps` / `inferd stop`."""
 
 from __future__ import annotations
 
+import io
+import json
 import re
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import numpy
 import pytest
+from polling import wait_for
 from server import TINY_CTX, ServerProcess
+from tiny_encoders import write_tiny_encoder
 from tiny_models import write_tiny_model
 
 openai = pytest.importorskip("openai")
@@ -29,6 +34,7 @@ def many(tiny_model_dir, server_logs, tmp_path_factory):
     store = ModelStore(data / "models")
     for name, seed in (("tiny-b", 1), ("tiny-c", 2)):
         import_model(store, write_tiny_model(tmp_path_factory.mktemp(name), arch="llama", seed=seed), name=name)
+    import_model(store, write_tiny_encoder(tmp_path_factory.mktemp("tiny-embed")), name="acme/Tiny-Embed")
     server = ServerProcess(tiny_model_dir, port=0, parallel=2, ctx_size=TINY_CTX, metrics=True,
                            log_path=server_logs / "many-models.log",
                            extra_args=["--data-dir", str(data), "--model", "tiny-b", "--max-loaded-models", "1"])
@@ -103,3 +109,55 @@ def test_ollama_ps_keep_alive_zero_and_inferd_ps_stop(many, capsys):
     assert main(["stop", many.model_name, "--url", many.base_url]) == 1
     assert "the server's own model" in capsys.readouterr().err
     assert unloads(many, "requested") == 2
+
+
+def test_a_stored_embedding_model_loads_on_demand_by_its_short_name_and_is_evicted_like_any(many, client):
+    sdk = ollama.Client(host=many.base_url)
+    texts = ["a cat", "a dog sat on the mat"]
+    by_repo = client.embeddings.create(model="acme/Tiny-Embed", input=texts)
+    assert by_repo.model == "acme/Tiny-Embed" and len(by_repo.data) == 2
+    vectors = [d.embedding for d in by_repo.data]
+    assert [len(v) for v in vectors] == [32, 32] and vectors[0] != vectors[1]
+    assert all(abs(sum(x * x for x in v) - 1.0) < 1e-3 for v in vectors)  # mean pooled, then normalized
+    short = client.embeddings.create(model="tiny-embed", input=texts)  # the repository's name, lowercased
+    assert numpy.allclose([d.embedding for d in short.data], vectors, atol=1e-6)
+
+    running = {m.model: m for m in sdk.ps().models}
+    assert "acme/Tiny-Embed" in running and running["acme/Tiny-Embed"].context_length == 64
+    assert running["acme/Tiny-Embed"].size > 0 and running["acme/Tiny-Embed"].expires_at.year < 9999
+    card = client.models.retrieve("acme/Tiny-Embed")
+    assert card.loaded is True and card.capabilities == ["embeddings"]
+
+    with pytest.raises(openai.BadRequestError) as error:
+        client.chat.completions.create(model="tiny-embed", messages=PROMPT, max_tokens=2)
+    assert "is an embedding model" in error.value.body["message"] and "'tiny-b'" in error.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as error:
+        client.embeddings.create(model="tiny-b", input="x")
+    assert "is a chat model" in error.value.body["message"] and "'acme/Tiny-Embed'" in error.value.body["message"]
+    with pytest.raises(openai.NotFoundError) as error:
+        client.embeddings.create(model="nope", input="x")
+    assert "'acme/Tiny-Embed' (embed)" in error.value.body["message"]
+
+    evicted = unloads(many, "evicted")
+    answer(client, "tiny-b")  # --max-loaded-models 1: the embedding model makes room
+    assert "acme/Tiny-Embed" not in ps_names(sdk) and unloads(many, "evicted") == evicted + 1
+    assert numpy.allclose(sdk.embed(model="tiny-embed", input=texts).embeddings, vectors, atol=1e-6)
+    assert "tiny-b" not in ps_names(sdk)
+
+
+def test_batch_items_run_on_the_model_each_names(many, client):
+    alone = {name: answer(client, name)[1] for name in ("tiny-b", many.model_name, "tiny-c")}
+    requests = [{"custom_id": name, "method": "POST", "url": "/v1/chat/completions",
+                 "body": {"model": name, "messages": PROMPT, "max_tokens": 8, "temperature": 0}}
+                for name in reversed(alone)]  # the model loaded last goes first: one load fewer
+    uploaded = client.files.create(file=("in.jsonl", io.BytesIO("\n".join(map(json.dumps, requests)).encode())),
+                                   purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    ended = wait_for(lambda: (b := client.batches.retrieve(batch.id)).status in ("completed", "failed") and b, 60.0)
+    assert ended.status == "completed" and ended.request_counts.completed == len(requests), ended
+    results = {r["custom_id"]: r["response"]["body"] for r in map(json.loads, client.files.content(
+        ended.output_file_id).text.splitlines())}
+    for request in requests:
+        name = request["body"]["model"]
+        body = results[request["custom_id"]]
+        assert (body["model"], body["choices"][0]["message"]["content"]) == (name, alone[name])

@@ -30,8 +30,17 @@ def running(state: ServerState) -> dict:
         for model in sorted(state.host.loaded(), key=lambda m: -m.last_used):
             expires = model.expires_at
             when = NEVER_EXPIRES if expires is None else _iso(expires)
-            models.append({**_running(model.name, model.chat.engine, when), "size": model.size})
+            entry = _running(model.name, model.chat.engine, when) if model.chat is not None else \
+                _running_encoder(model.name, model.encoder.loaded, model.encoder.pooled.max_tokens, when)
+            models.append({**entry, "size": model.size})
     return {"models": models}
+
+
+def _running_encoder(name: str, loaded, max_tokens: int, expires_at: str) -> dict:
+    """An embedding or rerank model loaded on demand (a models.encoder_loader.LoadedEncoder)."""
+    weights = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
+    return {**summary(name, loaded), "expires_at": expires_at,
+            "size_vram": weights if loaded.device.type == "cuda" else 0, "context_length": max_tokens}
 
 
 def _running(name: str, engine, expires_at: str) -> dict:

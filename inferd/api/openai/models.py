@@ -33,7 +33,7 @@ def _on_demand(state: ServerState, listed: set[str], stored: list[ModelCard]) ->
     for card in stored:
         card.loaded = card.id in loaded
     return [ModelCard(id=m.name, created=int(state.started), owned_by="inferd", loaded=m.name in loaded,
-                      capabilities=["completion", "chat"]) for m in host.models if m.name not in listed]
+                      capabilities=list(_TASKS[m.kind])) for m in host.models if m.name not in listed]
 
 
 def find_model(cards: list[ModelCard], model_id: str) -> ModelCard:
