@@ -27,6 +27,7 @@ from inferd.http.errors import APIError
 from inferd.http.request_context import RequestContext, request_current
 from inferd.jobs.runner import RESPONSE_ID, Retry
 from inferd.jobs.store import Item, ItemResult, Job
+from inferd.server.model_select import ModelSelect
 from inferd.serving.state import ServerState
 from inferd.tenants.gate import Ticket
 from inferd.tenants.keyring import KeyNotFound
@@ -43,10 +44,13 @@ class InProcessDispatch:
 
     def _routes(self):
         """The app below its own middleware (no door, no body limits: the job was admitted when it was
-        created and its items are checked as they are read), as FastAPI builds that part of its stack."""
+        created and its items are checked as they are read), as FastAPI builds that part of its stack,
+        behind the model selection every request passes."""
         if self._inner is None:
             handlers = {k: v for k, v in self.app.exception_handlers.items() if k not in (500, Exception)}
-            self._inner = ExceptionMiddleware(AsyncExitStackMiddleware(self.app.router), handlers=handlers)
+            routes = ExceptionMiddleware(AsyncExitStackMiddleware(self.app.router), handlers=handlers)
+            # The model an item names is chosen (and loaded on demand) as for an interactive request.
+            self._inner = ModelSelect(routes, state=lambda: self.state, respond=error_response_for_path)
         return self._inner
 
     async def __call__(self, job: Job, item: Item) -> ItemResult:
