@@ -60,9 +60,12 @@ class ModelStore:
         return sorted(found, key=lambda m: m.model_name)
 
     def get(self, name: str | ModelName) -> Manifest | None:
+        """The model stored as `name`, else the one Hugging Face repository stored under that
+        repository's own name (`all-minilm-l6-v2` finds sentence-transformers/all-MiniLM-L6-v2)."""
         self._seed_bundled()
-        file = self._manifest_path(_parsed(name))
-        return self._read(file) if file.is_file() else None
+        parsed = _parsed(name)
+        file = self._manifest_path(parsed)
+        return self._read(file) if file.is_file() else self._by_repo_name(parsed)
 
     def require(self, name: str | ModelName) -> Manifest:
         manifest = self.get(name)
@@ -131,6 +134,8 @@ class ModelStore:
                              "store and stays; `inferd cp` gives it another name")
         with self.lock():
             manifest = self.require(parsed)
+            if manifest.model_name != parsed:  # only the name itself removes a model
+                raise ModelNotStored(parsed.short, [m.model_name.short for m in self.models()])
             self._manifest_path(parsed).unlink()
             self._sweep()
         return manifest
@@ -149,6 +154,13 @@ class ModelStore:
         return bad
 
     # -- internals ---------------------------------------------------------------
+
+    def _by_repo_name(self, name: ModelName) -> Manifest | None:
+        if name.is_hub_repo:
+            return None
+        found = [m for m in self.models() if m.model_name.is_hub_repo and m.tag == name.tag
+                 and m.name.rsplit("/", 1)[1].lower() == name.name.lower()]
+        return found[0] if len(found) == 1 else None
 
     def _manifest_path(self, name: ModelName) -> Path:
         return self.manifests / (quote(name.full, safe="") + ".json")

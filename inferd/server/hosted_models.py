@@ -148,7 +148,7 @@ def _encoders_at_start(config: ServeConfig) -> tuple[set[Path], set[str]]:
         name, path = resolve_with_bundled(model, config.data_dir)
         paths.add(path.resolve())
         names |= {model, name, *(BUNDLED_EMBEDDING_NAMES if name == DEFAULT_EMBEDDING_NAME else ())}
-    return paths, names
+    return paths, names | {f"{n}:latest" for n in names}
 
 
 def _stored(data_dir: str | None) -> list:

@@ -167,3 +167,17 @@ def test_removing_a_model_sweeps_partial_downloads_abandoned_for_a_week(store, g
     os.utime(old, (week_ago, week_ago))
     store.remove("tiny")
     assert sorted(p.name for p in store.partial.iterdir()) == ["b.partial"]
+
+
+def test_a_hub_repository_answers_to_its_own_name_when_one_alone_has_it(store, gguf, tmp_path):
+    import_model(store, gguf, name="sentence-transformers/all-MiniLM-L6-v2")
+    import_model(store, gguf, name="acme/Tiny:q4")
+    import_model(store, gguf, name="one/dup"), import_model(store, gguf, name="two/dup")
+    assert store.get("all-minilm-l6-v2").name == "sentence-transformers/all-MiniLM-L6-v2"
+    assert store.get("tiny:q4").model_name == ModelName("acme/Tiny", "q4") and store.get("tiny") is None
+    assert store.get("dup") is None  # two repositories of that name: neither
+    assert resolve_model_path("all-MiniLM-L6-v2", tmp_path / "data")[1] == store.resolve("all-minilm-l6-v2")
+    with pytest.raises(ModelNotStored):  # removing takes the name itself
+        store.remove("all-minilm-l6-v2")
+    store.remove("sentence-transformers/all-MiniLM-L6-v2")
+    assert store.get("all-minilm-l6-v2") is None
