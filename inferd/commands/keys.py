@@ -1,7 +1,7 @@
 """`inferd keys add|list|rm|rotate|usage`: manage API keys on a running server
 or router (`--url`, with an admin key in `--api-key` or INFERD_API_KEY), or
-offline in a data dir's key store (`--data-dir`; for a server that is not
-running: a running one reads its keys when it starts).
+offline in a data dir's key store (`--data-dir`; a server running on that
+data dir sees the change within a second, `tenants/store_watch.py`).
 
 A new or rotated secret is printed alone on stdout, so `$(inferd keys add ...)`
 captures it; it is never shown again.

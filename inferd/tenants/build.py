@@ -14,6 +14,7 @@ from inferd.tenants.ledger import Ledger
 from inferd.tenants.limiter import Limiter
 from inferd.tenants.metrics import KeyMetrics
 from inferd.tenants.store import KeyStore
+from inferd.tenants.store_watch import StoreWatch
 
 log = logging.getLogger("inferd.tenants")
 
@@ -31,4 +32,7 @@ def open_tenants(data_dir: str | Path | None, bootstrap: Iterable[str] = (), *, 
     stored = len(ring.stored())
     if stored:  # said out loud: keys in a data dir turn auth on even without --api-key
         log.info("%d API keys in %s: every request but health needs one", stored, ring.store.path)
-    return Tenants(ring, limiter, ledger, isolate_cache=isolate_cache == "per-key")
+    tenants = Tenants(ring, limiter, ledger, isolate_cache=isolate_cache == "per-key")
+    if ring.store is not None:
+        tenants.watch = StoreWatch(ring)  # keys edited offline beside a running server take effect
+    return tenants

@@ -67,6 +67,7 @@ class Tenants:
         self._flush_due = False
         self._counted: set[tuple[str, str]] = set()  # (key, day) whose earlier usage is in the daily counter
         self._flushing: asyncio.Task | None = None
+        self.watch = None  # a StoreWatch, stopped on close
 
     @property
     def enabled(self) -> bool:
@@ -170,6 +171,8 @@ class Tenants:
 
     def close(self) -> None:
         """Write what is left (blocking)."""
+        if self.watch is not None:
+            self.watch.stop()
         self._flush_logged()
         if self.ring.store is not None:
             self.ring.store.close()

@@ -160,6 +160,34 @@ class KeyRing:
             if self.store is not None:
                 self.store.replace(key)
 
+    def reload(self) -> list[tuple[str, ApiKey | None]]:
+        """Take the store's keys as they are now, when another process has changed them: each
+        key added, edited, rotated or removed there (passed on like a change made here)."""
+        changed: list[tuple[str, ApiKey | None]] = []
+        with self._lock:  # held while reading the store too: a change made here meanwhile is not undone
+            stored = {k.name: k for k in self.store.keys()}
+            for name, old in list(self._by_name.items()):
+                if old.bootstrap:
+                    continue
+                new = stored.pop(name, None)
+                if new is None:
+                    self._drop(old)
+                    changed.append((name, None))
+                    continue
+                used = max(old.last_used_at or 0, new.last_used_at or 0) or None
+                new = new.changed({"last_used_at": used})
+                if new != old.changed({"last_used_at": used}):
+                    self._drop(old)
+                    self._put(new)
+                    changed.append((name, new))
+            for name, new in stored.items():
+                if name not in self._by_name:
+                    self._put(new)
+                    changed.append((name, new))
+        for name, key in changed:
+            self._changed(name, key)
+        return changed
+
     def stored(self) -> list[ApiKey]:
         """The managed keys (no bootstrap ones)."""
         return [k for k in self._by_name.values() if not k.bootstrap]

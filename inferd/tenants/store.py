@@ -107,6 +107,11 @@ class KeyStore:
             rows = self._db.execute(f"SELECT {_KEY_COLUMNS} FROM keys ORDER BY name").fetchall()
         return [_key(row) for row in rows]
 
+    def data_version(self) -> int:
+        """Changes when another connection (another process: `inferd keys --data-dir`) commits to the file."""
+        with self._lock:
+            return self._db.execute("PRAGMA data_version").fetchone()[0]
+
     def insert(self, key: ApiKey) -> None:
         try:
             with self._lock, self._db:

@@ -2,8 +2,9 @@
 raises its own error for 401, 403 and 429; cancel and interrupt from a second
 connection end OpenAI, Anthropic and Ollama streams with the dialect's own
 terminal event; leases come back after 100 clients leave mid-stream; trace
-ids reach the log; `inferd keys` works online. (A restart on the same data
-dir is tested in process: tests/unit/test_tenants_http.py.)"""
+ids reach the log; `inferd keys` works online, and offline on the running
+server's data dir without a restart. (A restart on the same data dir is
+tested in process: tests/unit/test_tenants_http.py.)"""
 
 from __future__ import annotations
 
@@ -193,3 +194,17 @@ def test_trace_ids_reach_the_log_and_keys_are_managed_from_the_command_line(tena
     assert keys("rm", "from-cli")[0] == 0
     code, _, err = keys("rm", "from-cli")
     assert code == 1 and "no key named 'from-cli'" in err
+
+
+    # offline, on the running server's data dir: seen within a second, no restart
+    data_dir = str(tenant_server.log_path.parent / f"data-{tenant_server.log_path.stem}")
+    assert main(["keys", "add", "offline-key", "--data-dir", data_dir]) == 0
+    offline = capsys.readouterr().out.strip()
+
+    def status() -> int:
+        with tenant_server.http() as http:
+            return http.get("/v1/models", headers={"Authorization": f"Bearer {offline}"}).status_code
+
+    assert wait_for(lambda: status() == 200, timeout=2)
+    assert main(["keys", "rm", "offline-key", "--data-dir", data_dir]) == 0
+    assert wait_for(lambda: status() == 401, timeout=2)

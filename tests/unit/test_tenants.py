@@ -16,6 +16,8 @@ from inferd.tenants.limiter import Limiter, duration, seconds_to_midnight, utc_d
 from inferd.tenants.refused import Refused
 from inferd.tenants.secrets import PREFIX, hash_secret, new_secret
 from inferd.tenants.store import DuplicateKey, KeyStore
+from inferd.tenants.store_watch import StoreWatch
+from polling import wait_for
 
 
 class Clock:
@@ -287,3 +289,31 @@ def test_a_card_shows_the_last_64_kib_of_output_in_bytes():
     shown = card.public(output=True)["output"]
     assert card.state == "running" and shown.endswith("é" * 100 + "z" * 10)
     assert OUTPUT_TAIL - 1 <= len(shown.encode()) <= OUTPUT_TAIL
+
+
+def test_keys_edited_by_another_process_take_effect_without_a_restart(tmp_path):
+    ring = KeyRing(KeyStore.in_dir(tmp_path), bootstrap=["boot"])
+    kept, _ = ring.add("kept", {"rpm": 1})
+    told = []
+    ring.on_change = lambda name, key: told.append((name, key is not None))
+    watch = StoreWatch(ring, interval=0.05)
+    offline = KeyRing(KeyStore.in_dir(tmp_path))  # `inferd keys --data-dir` beside the server
+    try:
+        _, secret = offline.add("added", {"scopes": ("m",)})
+        assert wait_for(lambda: ring.find(secret.encode()) is not None, timeout=1)
+        assert ring.get("added").scopes == ("m",) and told == [("added", True)]
+        _, rotated = offline.rotate("added")
+        assert wait_for(lambda: ring.find(secret.encode()) is None, timeout=1)  # the old secret dies
+        assert ring.find(rotated.encode()).name == "added"
+        offline.update("kept", {"disabled": True})
+        assert wait_for(lambda: ring.get("kept").disabled, timeout=1)
+        offline.remove("added")
+        assert wait_for(lambda: ring.find(rotated.encode()) is None, timeout=1)
+        ring.used(kept, 5.0)
+        ring.store.touch(ring.take_last_used())  # its own writes are not read back as changes
+        ring.add("here", {})
+        told.clear()
+        watch.check()
+        assert told == [] and ring.find(b"boot") is not None and len(ring) == 3
+    finally:
+        watch.stop()
