@@ -45,6 +45,7 @@ class SamplingParams:
     logit_bias: dict[int, float] | None = None
     seed: int | None = None
     logprobs: int | None = None  # None off; 0 = sampled token only; k = also the top-k alternatives
+    post_sampling_probs: bool = False  # logprobs of the truncated distribution drawn from (sampling/post_sampling.py)
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False

@@ -155,7 +155,13 @@ def test_any_model_name_goes_to_the_one_model_served(http, asked, reported):
     ("post-sampling-probs", "POST", "/completion",
      {"json": {"prompt": "Hi", "n_predict": 1, "n_probs": 2, "post_sampling_probs": True}},
      200, lambda r: 0 <= r.json()["completion_probabilities"][0]["prob"] <= 1
-     and len(r.json()["completion_probabilities"][0]["top_probs"]) == 2),
+     and 1 <= len(r.json()["completion_probabilities"][0]["top_probs"]) <= 2),
+    # After truncation: top_k 2 leaves two candidates (top_p and min_p off), renormalized.
+    ("post-sampling-probs-truncated", "POST", "/completion",
+     {"json": {"prompt": "Hi", "n_predict": 1, "n_probs": 4, "post_sampling_probs": True, "top_k": 2, "top_p": 1.0,
+               "min_p": 0.0, "temperature": 1.0}},
+     200, lambda r: len(r.json()["completion_probabilities"][0]["top_probs"]) == 2
+     and abs(sum(t["prob"] for t in r.json()["completion_probabilities"][0]["top_probs"]) - 1) < 1e-6),
     ("prompt-string", "POST", "/completion", {"json": {"prompt": {"prompt_string": "Hello"}, "n_predict": 1}},
      200, lambda r: r.json()["prompt"].endswith("Hello")),
     ("loop-guard-on-completion", "POST", "/completion",

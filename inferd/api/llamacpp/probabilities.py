@@ -20,7 +20,9 @@ def _entry(tokenizer: Tokenizer, token_id: int, logprob: float, as_prob: bool) -
 
 def completion_probabilities(tokenizer: Tokenizer, entries: list[TokenLogprobs], as_prob: bool = False) -> list[dict]:
     """`as_prob` (post_sampling_probs): "prob" and "top_probs" instead of "logprob" and
-    "top_logprobs", as llama-server names them; the values are the model's distribution."""
+    "top_logprobs", as llama-server names them; the engine then gave the distribution the
+    token was drawn from (after temperature, top_k, top_p and min_p, renormalized), so
+    tokens cut away are not listed."""
     out = []
     for e in entries:
         item = _entry(tokenizer, e.token_id, e.logprob, as_prob)

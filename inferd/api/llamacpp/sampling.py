@@ -49,6 +49,7 @@ def sampling_params(req: GenerationFields, tokenizer: Tokenizer, default_max_tok
         logit_bias=logit_bias(req, tokenizer),
         seed=server.get("seed") if seed is None else seed,
         logprobs=req.n_probs or None,
+        post_sampling_probs=req.post_sampling_probs,
         stop=req.stop_list(),
         ignore_eos=req.ignore_eos,
     )

@@ -8,7 +8,8 @@ One call turns logits [N, V] into one token per sequence. Per row the order is:
 3. repetition penalty, then frequency and presence penalties;
 4. min_tokens: EOS and stop tokens masked until enough tokens are out;
 5. argmax (greedy), or temperature -> top_k -> top_p -> min_p -> draw.
-Logprobs are the log-softmax after stage 4. Stages 1-4 are logits_processing.
+Logprobs are the log-softmax after stage 4, or with post_sampling_probs of the
+truncated distribution of stage 5 (post_sampling.py). Stages 1-4 are logits_processing.
 
 Draws are inverse-CDF with one uniform per row, taken in token-id order. A
 seeded row takes its uniform from its own generator, and everything it is
@@ -31,6 +32,7 @@ import torch
 from inferd.engine.outputs import TokenLogprobs
 from inferd.engine.sampling.errors import NoValidTokenError, SamplerError
 from inferd.engine.sampling.logits_processing import process_logits
+from inferd.engine.sampling.post_sampling import post_sampling_logprobs
 from inferd.engine.sampling.vocab_blocks import block_maxima, draw_full, draw_truncated, first_argmax, top_entries
 from inferd.engine.sampling_params import SamplingParams
 
@@ -106,7 +108,12 @@ class Sampler:
         sampled = [i for i, row in enumerate(rows) if not row.params.greedy]
         if sampled:
             self._sample(x, row_max, rows, sampled, tokens)
-        return SamplerOutput(token_ids=tokens.tolist(), logprobs=_logprobs(x, maxima, rows, tokens))
+        token_ids = tokens.tolist()
+        logprobs = _logprobs(x, maxima, rows, tokens)
+        for i, row in enumerate(rows):
+            if row.params.post_sampling_probs and row.params.logprobs is not None:
+                logprobs[i] = post_sampling_logprobs(x[i], row.params, token_ids[i])
+        return SamplerOutput(token_ids=token_ids, logprobs=logprobs)
 
     def _buffer(self, name: str, n: int, vocab: int, device: torch.device) -> torch.Tensor:
         """A float32 [n, vocab] scratch tensor, reused across calls: fresh ones cost page faults each step."""
