@@ -11,10 +11,13 @@ admits the model and reserves tokens (`serving/admission.py`, the router's
 `forward`); it is settled here when the response has been sent in full or
 the client has gone; its x-ratelimit-* headers and the trace id go out on the
 response. Refusals answer in the envelope of the dialect that owns the path.
+A stream a router asked for (`x-inferd-report-usage`) ends with an SSE
+comment giving the tokens it used, so the router settles exactly.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable
 
@@ -31,6 +34,8 @@ log = logging.getLogger("inferd.requests")
 ErrorResponder = Callable[[str, APIError], Response]
 
 WEBSOCKET_POLICY_VIOLATION = 1008
+USAGE_HEADER = b"x-inferd-report-usage"  # a router asks a worker for `usage_comment` at a stream's end
+USAGE_COMMENT = b": usage "
 
 
 class Forbidden(APIError):
@@ -92,9 +97,11 @@ class ApiKeyAuth:
             with request_current(ctx):
                 return await self.app(scope, receive, send)
         status = 500
+        report_usage = any(name == USAGE_HEADER for name, _ in scope["headers"])  # asked by a router
+        event_stream = False
 
         async def send_with_headers(message):
-            nonlocal status
+            nonlocal status, event_stream
             if message["type"] == "http.response.start":
                 status = message["status"]
                 extra = [trace_header]
@@ -104,6 +111,10 @@ class ApiKeyAuth:
                 names = {n for n, _ in extra}
                 headers = [h for h in message.get("headers", []) if h[0].lower() not in names]
                 message = {**message, "headers": headers + extra}
+                event_stream = report_usage and any(n.lower() == b"content-type" and v.startswith(b"text/event-stream")
+                                                    for n, v in headers)
+            elif event_stream and ctx.cards and not message.get("more_body", False):
+                message = {**message, "body": message.get("body", b"") + usage_comment(ctx.cards)}
             await send(message)
 
         try:
@@ -119,6 +130,16 @@ class ApiKeyAuth:
             elif ctx.model:  # a generating request on a server without keys
                 log.info("%s %s model=%s status=%d%s trace=%s", scope["method"], scope["path"], ctx.model, status,
                          timings(ctx), trace)
+
+
+def usage_comment(cards) -> bytes:
+    """The tokens a stream's generations used, as an SSE comment after its last event, for a router
+    to settle its key's reservation exactly whatever the stream reports itself (an OpenAI stream
+    without include_usage reports nothing). Clients ignore comments, as they do keep-alives."""
+    totals = {"prompt_tokens": sum(c.prompt_tokens for c in cards),  # OpenAI's usage shape
+              "completion_tokens": sum(c.completion_tokens for c in cards),
+              "prompt_tokens_details": {"cached_tokens": sum(c.cached_tokens for c in cards)}}
+    return USAGE_COMMENT + json.dumps(totals).encode() + b"\n\n"
 
 
 def timings(ctx: RequestContext) -> str:

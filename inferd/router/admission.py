@@ -5,7 +5,11 @@ holds no tokenizer for most policies, so the reservation is an estimate: the
 prompt's characters / 4, plus the request's own token budget when it names
 one. It settles to the usage the worker reports in its answer (OpenAI,
 Anthropic, Responses, Ollama and llama-server fields, streamed or whole),
-read as the bytes pass; an answer that reports none is charged the estimate.
+read as the bytes pass. The router asks the worker to end every stream with
+what it counted (an SSE comment, `http/auth.py`), so a stream that reports
+no usage of its own (OpenAI's without include_usage) settles exactly too;
+only an answer with no count at all (a worker that is not inferd) is
+charged the estimate.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from inferd.http.auth import refusal_error
+from inferd.http.auth import USAGE_COMMENT, USAGE_HEADER, refusal_error
 from inferd.http.dialect import Endpoint
 from inferd.http.errors import APIError
 from inferd.http.request_context import TRACE_HEADER, current_request
@@ -76,12 +80,22 @@ class UsageMeter:
         line = line.strip()
         if line.startswith(b"data:"):
             line = line[5:].strip()
+        comment = line.startswith(USAGE_COMMENT)  # what the worker counted, at the stream's end (http/auth.py)
+        if comment:
+            line = line[len(USAGE_COMMENT):]
         try:
             obj = json.loads(line)
         except (ValueError, RecursionError):
             return
+        if comment:
+            obj = {"usage": obj}
         for name, value in usage_fields(obj).items():
             self.seen[name] = max(self.seen.get(name, 0), value)
+
+    @staticmethod
+    def asking(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """Headers that ask the worker to end a stream with the tokens it used."""
+        return [*(h for h in headers if h[0].lower() != USAGE_HEADER), (USAGE_HEADER, b"1")]
 
     def wrap(self, app):
         async def metered(scope, receive, send):

@@ -90,6 +90,8 @@ async def forward(request: Request, endpoint: Endpoint):
         return error_response_for_path(path, admitted)
     target = forwarded_target(request)
     to_worker = request_headers(list(request.scope["headers"]), state.config.worker_api_key, state.tenants.enabled)
+    if isinstance(admitted, UsageMeter):
+        to_worker = admitted.asking(to_worker)
     fwd = Forward(
         method=request.method, path=path, target=target, headers=with_trace_id(to_worker),
         body=raw, routing=routing_request(path, body, headers, state.tokenize), model=requested_model(body),

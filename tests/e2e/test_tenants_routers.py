@@ -1,7 +1,8 @@
 """Two `inferd router` replicas, one etcd and one Redis: a key added on one
 replica works on the other (etcd holds its hash, never a secret); both
 enforce one rpm together (of requests spread over both, the limit's worth are
-admitted, within one); usage the worker reports reaches the ledger; request
+admitted, within one); usage the worker reports reaches the ledger, for a
+stream that reports none too (the worker's count, asked for); request
 cards, and a cancel, work through a replica; a rotation on one replica kills
 the old secret on both, and a removal reaches both."""
 
@@ -73,6 +74,19 @@ def test_two_replicas_share_keys_limits_and_cards(tiny_server, etcd_server, redi
                 return {k: totals["totals"][f"{k}_tokens"] for k in ("prompt", "completion")}
 
             assert wait_for(lambda: ledger() == expected, timeout=10), (ledger(), expected)
+
+        # An OpenAI stream without include_usage reports no usage; the worker's count, asked for, settles it.
+        streamer = http.post(f"{a.base_url}/api/keys", json={"name": "streamer"}, headers=admin).json()["secret"]
+        prompt = http.post(f"{a.base_url}/v1/chat/completions", json=body, headers=admin).json()["usage"]
+        streamed = http.post(f"{a.base_url}/v1/chat/completions", json={**body, "stream": True, "ignore_eos": True},
+                             headers={"Authorization": f"Bearer {streamer}"})
+        assert streamed.status_code == 200 and '"usage"' not in streamed.text
+
+        def streamer_ledger() -> tuple:
+            totals = http.get(f"{a.base_url}/api/usage", params={"key": "streamer"}, headers=admin).json()["totals"]
+            return totals["prompt_tokens"], totals["completion_tokens"]
+
+        assert wait_for(lambda: streamer_ledger() == (prompt["prompt_tokens"], 2), timeout=10), streamer_ledger()
 
         # Request cards through a replica: its own requests, under its key; a cancel reaches the worker.
         trace = "through-router-a"

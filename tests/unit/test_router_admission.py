@@ -19,6 +19,9 @@ ANSWERS = {
                  b'{"input_tokens":12,"output_tokens":5,"input_tokens_details":{"cached_tokens":8}}}}\n\n',
     "ollama": b'{"done":false}\n{"done":true,"prompt_eval_count":12,"eval_count":5}\n',
     "llamacpp": b'{"content":"x","tokens_evaluated":12,"tokens_predicted":5,"tokens_cached":8}',
+    # an OpenAI stream without include_usage: the worker's own count, asked for by the router (http/auth.py)
+    "worker-count": b'data: {"choices":[{"delta":{"content":"usage"}}]}\n\ndata: [DONE]\n\n'
+                    b': usage {"prompt_tokens": 12, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 8}}\n\n',
 }
 
 
@@ -33,6 +36,11 @@ def test_usage_is_read_from_every_dialect_however_the_bytes_are_cut(dialect, cut
     prompt, completion, cached = meter.usage()
     assert (prompt, completion) == (12, 5)
     assert cached == (0 if dialect in ("anthropic", "ollama") else 8)
+
+
+def test_the_router_asks_workers_for_their_count_once():
+    asked = UsageMeter.asking([(b"x-inferd-report-usage", b"0"), (b"accept", b"*/*")])
+    assert asked == [(b"accept", b"*/*"), (b"x-inferd-report-usage", b"1")]
 
 
 def test_an_answer_without_usage_is_charged_the_estimate():

@@ -438,3 +438,23 @@ def test_without_keys_a_generating_request_still_logs_its_trace_id(loaded, caplo
     assert r.status_code == 200 and r.headers["x-request-id"] == "open-trace"
     assert re.search(r"POST /v1/chat/completions model=tiny status=200 queue_ms=\d+ ttft_ms=\d+ trace=open-trace",
                      caplog.text)
+
+
+def test_a_stream_ends_with_the_workers_count_when_a_router_asks(server):
+    body = {**CHAT, "ignore_eos": True}
+
+    async def go():
+        async with server.client() as c:
+            whole = (await c.post("/v1/chat/completions", json=body, headers=AUTH)).json()["usage"]
+            asked = await c.post("/v1/chat/completions", json={**body, "stream": True},
+                                 headers={**AUTH, "x-inferd-report-usage": "1"})
+            plain = await c.post("/v1/chat/completions", json={**body, "stream": True}, headers=AUTH)
+            return whole, asked.text, plain.text
+
+    whole, asked, plain = run(go())
+    *events, comment = asked.strip().split("\n\n")
+    assert events[-1] == "data: [DONE]" and comment.startswith(": usage ")
+    counted = json.loads(comment[len(": usage "):])
+    assert (counted["prompt_tokens"], counted["completion_tokens"]) == (whole["prompt_tokens"], 3)
+    assert 0 < counted["prompt_tokens_details"]["cached_tokens"] < whole["prompt_tokens"]  # the first one's prefix
+    assert plain.strip().split("\n\n")[-1] == "data: [DONE]" and ": usage" not in plain
