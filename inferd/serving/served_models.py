@@ -53,6 +53,8 @@ class ServedModels:
         # The models this process loads on demand, (name, tasks) each: named in a 404, loaded by
         # server.model_select before the route runs.
         self.on_demand: Callable[[], list[tuple[str, list[str]]]] = lambda: []
+        # How many models load on demand, of any kind (the one-model rule counts them).
+        self.hosted: Callable[[], int] = lambda: 0
         self.loaded = False  # every model is in; until then a missing task may still be loading
         self.default: str | None = None  # --default-model: serves requests naming a model served nowhere here
         self.strict = False  # --strict-model-names: no fallback, not even to the one model served
@@ -66,13 +68,15 @@ class ServedModels:
     def meant(self, name: str) -> ServedModel | None:
         """The model a request naming `name` goes to: the one of that name, else
         --default-model, else (unless --strict-model-names) the only model served.
-        Clients send their own defaults (gpt-4o, claude-..., test) to one-model servers."""
+        Clients send their own defaults (gpt-4o, claude-..., test) to one-model servers.
+        "Only" counts every model: chat and embedding ones loaded at start and those
+        loaded on demand (further --model models, the store's); with two, a name must mean one."""
         model = self.named(name)
         if model is not None or self.strict:
             return model
         if self.default is not None:
             return self.named(self.default)
-        return self.models[0] if len(self.models) == 1 else None
+        return self.models[0] if len(self.models) == 1 and not self.hosted() else None
 
     def able(self, *tasks: str) -> list[ServedModel]:
         return [m for m in self.models if m.tasks & set(tasks)]

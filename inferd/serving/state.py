@@ -91,6 +91,7 @@ class ServerState:
         if self.config.alias:
             self.model_name = self.config.alias[0]
         self.served.default, self.served.strict = self.config.default_model, self.config.strict_model_names
+        self.served.hosted = lambda: len(self.host.models) if self.host is not None else 0
 
     @property
     def ready(self) -> bool:

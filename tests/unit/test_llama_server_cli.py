@@ -134,11 +134,13 @@ def test_server_chat_defaults_that_cannot_work_stop_start_up(options, message):
     check_chat_defaults(ServeConfig(alias=["a"], default_model="a"), "tiny")
 
 
-def roster(*models: ServedModel, default=None, strict=False) -> ServedModels:
+def roster(*models: ServedModel, default=None, strict=False, hosted=0) -> ServedModels:
+    """`hosted`: how many models load on demand beside these."""
     served = ServedModels()
     for m in models:
         served.add(m)
     served.loaded, served.default, served.strict = True, default, strict
+    served.hosted = lambda: hosted
     return served
 
 
@@ -154,6 +156,10 @@ EMBEDDER = ServedModel("minilm", frozenset({EMBED}))
     (roster(CHAT_MODEL, EMBEDDER), "gpt-4o", None),  # two models: a name must mean one
     (roster(CHAT_MODEL, EMBEDDER, default="tiny"), "gpt-4o", "tiny-llama"),  # --default-model
     (roster(CHAT_MODEL, EMBEDDER, default="tiny"), "minilm", "minilm"),
+    (roster(CHAT_MODEL, hosted=1), "gpt-4o", None),  # a stored model besides: two models, a name must mean one
+    (roster(CHAT_MODEL, hosted=1), "tiny", "tiny-llama"),
+    (roster(CHAT_MODEL, hosted=1, default="tiny"), "gpt-4o", "tiny-llama"),
+    (roster(hosted=1), "gpt-4o", None),  # only a model loaded on demand: not the roster's to answer for
 ])
 def test_which_model_a_name_means(served, asked, meant):
     found = served.meant(asked)
@@ -247,3 +253,4 @@ def test_a_json_body_is_taken_whatever_its_declared_type(body, media, status):
     assert r.status_code == status
     if status == 200:
         assert r.json() == {"type": "application/json"}  # the route reads it as JSON
+
