@@ -21,7 +21,8 @@ ANSWERS = {
     "llamacpp": b'{"content":"x","tokens_evaluated":12,"tokens_predicted":5,"tokens_cached":8}',
     # an OpenAI stream without include_usage: the worker's own count, asked for by the router (http/auth.py)
     "worker-count": b'data: {"choices":[{"delta":{"content":"usage"}}]}\n\ndata: [DONE]\n\n'
-                    b': usage {"prompt_tokens": 12, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 8}}\n\n',
+                    b': usage {"prompt_tokens": 12, "completion_tokens": 5, '
+                    b'"prompt_tokens_details": {"cached_tokens": 8}}\n\n',
 }
 
 
