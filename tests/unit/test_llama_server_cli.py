@@ -254,3 +254,14 @@ def test_a_json_body_is_taken_whatever_its_declared_type(body, media, status):
     if status == 200:
         assert r.json() == {"type": "application/json"}  # the route reads it as JSON
 
+
+
+def test_slot_save_path_is_an_existing_folder_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "slots").mkdir()
+    assert parse(["--slot-save-path", "slots"])[1].slot_save_path == str(tmp_path / "slots")
+    assert parse([])[1].slot_save_path is None
+    for missing in ("nowhere", "file.txt"):
+        (tmp_path / "file.txt").write_text("x")
+        with pytest.raises(SystemExit, match=f"--slot-save-path {missing}: not a directory; create it first"):
+            parse(["--slot-save-path", missing])

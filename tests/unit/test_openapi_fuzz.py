@@ -65,7 +65,7 @@ SERVER_OPERATIONS = [
 ]
 # An endless NDJSON stream with no input to vary (tests/unit/test_kv_events_route.py covers it),
 NOT_FUZZED = [("GET", "/v1/kv-events"),
-              ("POST", "/slots/{slot_id}")]  # a 501 until slots can be saved and restored
+              ("POST", "/slots/{slot_id}")]  # writes files: tests/unit/test_llamacpp_slot_files.py
 
 FORWARDED = sorted((method, e.path) for e in endpoints().values() for method in e.methods)
 ROUTED_OPERATIONS = [op for op in SERVER_OPERATIONS if op in FORWARDED]
