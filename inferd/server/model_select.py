@@ -74,7 +74,10 @@ class ModelSelect:
         replay = _replayer(messages, receive)
         data = _json_object(body)
         name = data.get("model") if data is not None else None
-        model = state.host.find(name) if isinstance(name, str) and name not in _own_names(state, path) else None
+        model = None
+        if isinstance(name, str) and name not in _own_names(state, path):
+            await state.host.sync()  # a model pulled since the server started is served too
+            model = state.host.find(name)
         if model is None:
             return await self.app(scope, replay, send)
         host = state.host

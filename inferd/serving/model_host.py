@@ -93,6 +93,11 @@ class HostedModel:
         return self.chat is not None or self.encoder is not None
 
     @property
+    def in_use(self) -> bool:
+        """Loaded, loading or leased: its entry must stay as it is."""
+        return self.is_loaded or self.leases > 0 or self.loading is not None
+
+    @property
     def busy(self) -> bool:
         engine = self.chat.engine if self.chat is not None else None
         return self.leases > 0 or bool(engine is not None and engine._streams)
@@ -123,6 +128,50 @@ class ModelHost:
         self.keep_alive = parse_keep_alive(config.keep_alive)
         for model in models:
             model.keep_alive = self.keep_alive
+        self._stamp: Callable[[], object] = lambda: None  # changes when the roster may have
+        self._reader: Callable[[], list[HostedModel]] | None = None
+        self._seen: object = None
+        self._syncing: asyncio.Future | None = None
+
+    def follow(self, stamp: Callable[[], object], reader: Callable[[], list[HostedModel]]) -> None:
+        """Read the roster again with `reader` (on a worker thread) whenever `stamp()` changes."""
+        self._stamp, self._reader, self._seen = stamp, reader, stamp()
+
+    async def sync(self) -> None:
+        """Take in models added since the roster was read, and forget removed ones not in use."""
+        if self._reader is None or self._stamp() == self._seen:
+            return
+        if self._syncing is None:
+            self._syncing = asyncio.ensure_future(self._read_again())
+        try:
+            await asyncio.shield(self._syncing)
+        finally:
+            self._syncing = None
+
+    async def _read_again(self) -> None:
+        self._seen = self._stamp()
+        try:
+            fresh = await asyncio.to_thread(self._reader)
+        except Exception:
+            log.exception("the models to load on demand could not be read again; keeping those known")
+            return
+        known = {m.name: m for m in self.models}
+        kept = []
+        for model in fresh:
+            old = known.pop(model.name, None)
+            if old is None:
+                model.keep_alive = self.keep_alive
+                log.info("%s is in the store now: it loads on demand", model.name)
+                kept.append(model)
+                continue
+            if old.kind == model.kind or not old.in_use:  # what the name means now; what is loaded stays
+                old.source, old.file_bytes, old.kind = model.source, model.file_bytes, model.kind
+                old.aliases = model.aliases
+            kept.append(old)
+        for model in known.values():  # removed from the store: unloaded now unless requests run on it
+            if model.is_loaded and not model.busy:
+                await self.unload(model, "requested")
+        self.models = kept + [m for m in known.values() if m.in_use]  # a removed model in use stays till unloaded
 
     # -- the roster ------------------------------------------------------------
     def names(self) -> list[str]:

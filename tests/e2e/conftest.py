@@ -60,15 +60,20 @@ def http(tiny_server):
 
 @pytest.fixture(scope="session")
 def hub(tmp_path_factory, tiny_model_dir):
-    """A hub-shaped server (tests/hub_server.py): acme/Tiny-GGUF (Q4_K_M and Q8_0 files) and acme/tiny (a folder)."""
+    """A hub-shaped server (tests/hub_server.py): acme/Tiny-GGUF (Q4_K_M and Q8_0 files), acme/tiny (a folder)
+    and acme/Tiny-Embed (a sentence-transformers folder)."""
     from hub_server import HubServer, small_gguf
+    from tiny_encoders import write_tiny_encoder
 
     folder = tmp_path_factory.mktemp("hub-files")
+    encoder = write_tiny_encoder(folder / "embed")
     with HubServer() as hub:
         hub.add_repo("acme/Tiny-GGUF", {"Tiny-Q4_K_M.gguf": small_gguf(folder / "q4.gguf"),
                                         "Tiny-Q8_0.gguf": small_gguf(folder / "q8.gguf", file_type=7, rows=8)},
                      license="apache-2.0")
         hub.add_repo("acme/tiny", {p.name: p.read_bytes() for p in tiny_model_dir.iterdir()})
+        hub.add_repo("acme/Tiny-Embed", {p.relative_to(encoder).as_posix(): p.read_bytes()
+                                         for p in encoder.rglob("*") if p.is_file()})
         yield hub
 
 

@@ -117,3 +117,16 @@ def test_a_pull_runs_off_the_event_loop_and_a_client_that_leaves_cancels_it(stor
             assert "acme/Slow-GGUF:Q4_K_M" not in names
     finally:
         hub.pace = 0.0
+
+
+def test_an_embedding_model_pulled_while_serving_embeds_by_its_short_name(sdk, store_server):
+    sdk.pull("acme/Tiny-Embed", stream=False)  # no restart: the server reads its store again
+    with store_server.openai() as client:
+        vectors = client.embeddings.create(model="tiny-embed", input=["one", "two"])
+        assert vectors.model == "acme/Tiny-Embed" and [len(d.embedding) for d in vectors.data] == [32, 32]
+        assert client.models.retrieve("acme/Tiny-Embed").loaded is True
+    assert "acme/Tiny-Embed" in [m.model for m in sdk.ps().models]
+    sdk.delete("acme/Tiny-Embed")
+    with store_server.openai() as client, pytest.raises(openai.NotFoundError):  # gone, and unloaded as it was idle
+        client.embeddings.create(model="acme/Tiny-Embed", input="one")
+    assert "acme/Tiny-Embed" not in [m.model for m in sdk.ps().models]

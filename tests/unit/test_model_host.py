@@ -194,3 +194,29 @@ def test_names_with_ollamas_default_tag_find_the_model():
     host = _Host([HostedModel("tiny", "tiny:latest", 1, aliases=("tiny:latest",))])
     assert host.find("tiny:latest") is host.find("tiny") is not None
     assert host.find("other") is None
+
+
+def test_the_roster_follows_the_store_keeping_each_models_state():
+    async def go():
+        host = _Host(models(10, 10, 10))
+        roster = {"now": models(10, 10, 10), "stamp": 0}
+        host.follow(lambda: roster["stamp"], lambda: roster["now"])
+        await use(host, "m0"), await use(host, "m1")
+        m0, m1 = host.find("m0"), host.find("m1")
+        m1.leases += 1  # a request runs on m1
+        roster["now"] = [HostedModel("m0", "m0-v2", 20 * MB, aliases=("zero",)), HostedModel("new", "new", 10 * MB)]
+        await host.sync()  # the stamp has not moved: nothing is read
+        unchanged = [m.name for m in host.models]
+        roster["stamp"] = 1
+        await host.sync()
+        during = [m.name for m in host.models], dict(host.unloads)
+        m1.leases -= 1
+        roster["stamp"] = 2
+        await host.sync()
+        return unchanged, during, [m.name for m in host.models], (m0.source, host.find("zero") is m0), host.unloads
+
+    unchanged, during, after, renamed, unloads = asyncio.run(go())
+    assert unchanged == ["m0", "m1", "m2"]
+    assert during == (["m0", "new", "m1"], {})  # removed: m2 at once, m1 (in use) once its request ends
+    assert after == ["m0", "new"] and unloads == {"requested": 1}  # then unloaded
+    assert renamed == ("m0-v2", True)  # a loaded model takes what its name means now for its next load
