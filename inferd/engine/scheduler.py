@@ -1,13 +1,21 @@
-"""Continuous batching over the paged block pool.
+"""Continuous batching over the paged block pool, with priorities.
 
 Each step the scheduler hands out a token budget:
 1. running requests first (a decode costs one token; an unfinished prefill
-   takes the next chunk), in admission order; when the pool runs dry the
-   lowest-priority, latest-arriving running request is preempted (its blocks
-   freed; it is recomputed later, usually from its own cached prefix);
+   takes the next chunk), most urgent first (priority, then arrival); when
+   the pool runs dry the lowest-priority, latest-arriving running request is
+   preempted (its blocks freed; it is recomputed later, usually from its own
+   cached prefix);
 2. then waiting requests, by (priority, arrival), while a sequence slot, the
-   budget and blocks allow. A new request first takes its cached prefix.
-A long prompt therefore delays running decodes by at most one chunk.
+   budget and blocks allow. A new request first takes its cached prefix. One
+   that finds no slot or no blocks takes them from running requests of lower
+   priority, latest arrival first: they are preempted as above, so an
+   interactive request starts on the next step even when batch work fills
+   the engine.
+Low-priority (background) prefill is chunked to `background_tokens` per
+step in all (an eighth of the budget), so an urgent request never waits
+behind, or shares a step with, more than that much background prefill. A long prompt therefore delays
+running decodes by at most one chunk.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from inferd.engine.engine_request import Priority
 from inferd.engine.errors import QueueFullError, RequestRejected
 from inferd.engine.kv_cache import BlockPool
 from inferd.engine.request import Request, RequestStatus
@@ -28,6 +37,12 @@ class SchedulerConfig:
     max_model_len: int = 4096
     max_queue: int = 256
     block_size: int = 16
+    # low-priority prefill tokens per step, all such requests together; None: an eighth of the budget
+    background_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.background_tokens is None:
+            self.background_tokens = max(1, self.max_num_batched_tokens // 8)
 
 
 @dataclass
@@ -80,7 +95,9 @@ class Scheduler:
     # -- one step ----------------------------------------------------------
     def schedule(self) -> ScheduledBatch:
         budget = self.config.max_num_batched_tokens
+        self._background_left = self.config.background_tokens
         batch = ScheduledBatch()
+        self.running.sort(key=Request.sort_key)
         for req in list(self.running):
             if budget == 0:
                 break
@@ -88,38 +105,77 @@ class Scheduler:
                 continue  # preempted earlier in this loop
             if req.draft_token_ids:
                 self._fit_drafts(req, budget)
-            num_new = min(req.num_tokens + len(req.draft_token_ids) - req.num_computed_tokens, budget)
+            num_new = self._chunk(req, budget)
+            if num_new == 0:
+                continue  # background prefill waits for the next step; decodes still run
             while not self._reserve(req, num_new):
                 victim = max(self.running, key=Request.sort_key)
-                if victim in batch.requests:  # already given tokens this step: take them back
-                    i = batch.requests.index(victim)
-                    budget += batch.num_new_tokens.pop(i)
-                    batch.requests.pop(i)
-                self._preempt(victim)
-                batch.preempted.append(victim)
+                budget += self._preempt(victim, batch)
                 if victim is req:
                     break
             if req.status is RequestStatus.RUNNING:
-                batch.requests.append(req)
-                batch.num_new_tokens.append(num_new)
-                budget -= num_new
-        # Admit new work only on a step that did not have to preempt.
-        while self.waiting and not batch.preempted and budget > 0 and len(self.running) < self.config.max_num_seqs:
+                budget -= self._give(req, num_new, batch)
+        # Admit new work only on a step whose running requests had the blocks they needed.
+        may_admit = not batch.preempted
+        while self.waiting and may_admit and budget > 0:
             req = self.waiting[0]
+            if len(self.running) >= self.config.max_num_seqs:
+                victim = self._lower_than(req)
+                if victim is None:
+                    break
+                budget += self._preempt(victim, batch)
+                continue
             if not req.block_table:
                 self._take_cached_prefix(req)
-            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
-            if not self._reserve(req, num_new):
+            num_new = self._chunk(req, budget)
+            if num_new == 0:
                 self._release(req)
-                break
+                break  # background, and so is everything behind it
+            if not self._reserve(req, num_new):
+                victim = self._lower_than(req) if self._could_fit(req, num_new) else None
+                self._release(req)
+                if victim is None:
+                    break
+                budget += self._preempt(victim, batch)
+                continue
             self.waiting.pop(0)
             req.status = RequestStatus.RUNNING
             req.slot = self._free_slot()
             self.running.append(req)
-            batch.requests.append(req)
-            batch.num_new_tokens.append(num_new)
-            budget -= num_new
+            budget -= self._give(req, num_new, batch)
         return batch
+
+    def _chunk(self, req: Request, budget: int) -> int:
+        """The tokens `req` may compute this step: what it has left, within the budget; background
+        prefill also within what is left of `background_tokens` (speculative drafts are never cut)."""
+        num_new = min(req.num_tokens + len(req.draft_token_ids) - req.num_computed_tokens, budget)
+        if self._is_background_prefill(req, num_new):
+            num_new = min(num_new, self._background_left)
+        return num_new
+
+    @staticmethod
+    def _is_background_prefill(req: Request, num_new: int) -> bool:
+        return req.priority is Priority.LOW and num_new > 1 and not req.draft_token_ids
+
+    def _give(self, req: Request, num_new: int, batch: ScheduledBatch) -> int:
+        batch.requests.append(req)
+        batch.num_new_tokens.append(num_new)
+        if self._is_background_prefill(req, num_new):
+            self._background_left -= num_new
+        return num_new
+
+    def _lower_than(self, req: Request) -> Request | None:
+        """The running request to preempt for `req`: the least urgent of lower priority, if any."""
+        lower = [r for r in self.running if r.priority > req.priority]
+        return max(lower, key=Request.sort_key) if lower else None
+
+    def _could_fit(self, req: Request, num_new: int) -> bool:
+        """Whether preempting every lower-priority running request would free blocks enough for `req`
+        (a bound: shared blocks free nothing), so none is preempted in vain."""
+        bs = self.pool.block_size
+        needed = -(-(req.num_computed_tokens + num_new) // bs) - len(req.block_table)
+        freeable = sum(len(r.block_table) for r in self.running if r.priority > req.priority)
+        return needed <= self.pool.num_free + freeable
 
     def _fit_drafts(self, req: Request, budget: int) -> None:
         """Trim speculative drafts to the budget and to the free blocks less one per running
@@ -158,7 +214,17 @@ class Scheduler:
         taken = {r.slot for r in self.running}
         return next(i for i in range(self.config.max_num_seqs) if i not in taken)
 
-    def _preempt(self, req: Request) -> None:
+    def _preempt(self, req: Request, batch: ScheduledBatch) -> int:
+        """Back to the waiting queue, its blocks freed (still cached) for recompute later; returns the
+        tokens it had been given earlier in this step."""
+        given = 0
+        if req in batch.requests:
+            i = batch.requests.index(req)
+            batch.requests.pop(i)
+            given = batch.num_new_tokens.pop(i)
+            if self._is_background_prefill(req, given):
+                self._background_left += given
+        batch.preempted.append(req)
         self.running.remove(req)
         req.slot = None
         self._release(req)
@@ -166,6 +232,7 @@ class Scheduler:
         req.num_preemptions += 1
         self.num_preemptions += 1
         self._enqueue(req)
+        return given
 
     def _release(self, req: Request) -> None:
         """Give back every block; the tail goes first so the prefix stays cached longest."""
