@@ -1,14 +1,15 @@
 """Uploaded and generated files under the data dir: the bytes in
-`files/<id>`, the record (owner, purpose, name, size, sha256) in the job
-store. Written to a temporary name and renamed, so a crash never leaves a
-record pointing at half a file. Blocking: call from a worker thread."""
+`files/<id>`, the record (owner, purpose, name, size, sha256, expiry) in the
+job store. Written to a temporary name and renamed, so a crash never leaves a
+record pointing at half a file. An expired file is gone at once (the store
+no longer finds it); `sweep` deletes its bytes. Blocking: call from a worker
+thread."""
 
 from __future__ import annotations
 
 import hashlib
 import io
 import os
-import time
 from pathlib import Path
 from typing import BinaryIO
 
@@ -36,8 +37,10 @@ class FileStore:
     def path(self, id: str) -> Path:
         return self.folder / id
 
-    def save(self, source: BinaryIO, owner: str, purpose: str, filename: str, limit: int | None = None) -> FileRecord:
-        """Copies `source` in, hashing as it goes; raises FileTooLarge past `limit` bytes."""
+    def save(self, source: BinaryIO, owner: str, purpose: str, filename: str, limit: int | None = None,
+             expires_after: float | None = None) -> FileRecord:
+        """Copies `source` in, hashing as it goes; raises FileTooLarge past `limit` bytes. With `expires_after`,
+        the file is gone that many seconds after it was made."""
         id = new_id("file-")
         partial = self.folder / f".{id}.partial"
         digest, size = hashlib.sha256(), 0
@@ -54,12 +57,15 @@ class FileStore:
             os.replace(partial, self.path(id))
         finally:
             partial.unlink(missing_ok=True)
-        record = FileRecord(id, owner, purpose, filename, size, digest.hexdigest(), time.time())
+        now = self.store.clock()
+        expires_at = now + expires_after if expires_after is not None else None
+        record = FileRecord(id, owner, purpose, filename, size, digest.hexdigest(), now, expires_at)
         self.store.add_file(record)
         return record
 
-    def save_bytes(self, data: bytes, owner: str, purpose: str, filename: str) -> FileRecord:
-        return self.save(io.BytesIO(data), owner, purpose, filename)
+    def save_bytes(self, data: bytes, owner: str, purpose: str, filename: str,
+                   expires_after: float | None = None) -> FileRecord:
+        return self.save(io.BytesIO(data), owner, purpose, filename, expires_after=expires_after)
 
     def read(self, id: str) -> bytes:
         return self.path(id).read_bytes()
@@ -67,3 +73,10 @@ class FileStore:
     def delete(self, id: str) -> None:
         self.store.delete_file(id)
         self.path(id).unlink(missing_ok=True)
+
+    def sweep(self) -> int:
+        """Deletes every expired file; returns how many."""
+        expired = self.store.expired_files()
+        for id in expired:
+            self.delete(id)
+        return len(expired)

@@ -63,8 +63,9 @@ class JobKind:
 
 class JobRunner:
     def __init__(self, store: JobStore, dispatch: Dispatch, kinds: dict[str, JobKind], concurrency: int,
-                 clock: Callable[[], float] = time.time):
-        self.store, self.dispatch, self.kinds, self.clock = store, dispatch, kinds, clock
+                 clock: Callable[[], float] = time.time, sweep: Callable[[], int] | None = None):
+        """`sweep`: run on a worker thread every pass of the loop (deleting expired files)."""
+        self.store, self.dispatch, self.kinds, self.clock, self.sweep = store, dispatch, kinds, clock, sweep
         self.slots = asyncio.Semaphore(max(1, concurrency))
         self._jobs: dict[str, asyncio.Task] = {}
         self._items: dict[str, set[asyncio.Task]] = {}
@@ -127,10 +128,12 @@ class JobRunner:
                         self._ended.setdefault(job.id, asyncio.Event())
                         self._stop_flags[job.id] = asyncio.Event()
                         self._jobs[job.id] = asyncio.ensure_future(self._run_logged(job))
+                if self.sweep is not None:
+                    await asyncio.to_thread(self.sweep)
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("reading the job store failed; trying again")
+                log.exception("reading the job store or sweeping expired files failed; trying again")
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), 5.0)
@@ -160,8 +163,11 @@ class JobRunner:
         stop = self._stop_flags[job.id]
         expiry = None
         if job.expires_at is not None:
-            expiry = asyncio.get_running_loop().call_later(max(0.0, job.expires_at - self.clock()),
-                                                           self._interrupt, job.id)
+            left = job.expires_at - self.clock()
+            if left <= 0:  # its window passed while no server ran: no item starts
+                stop.set()
+            else:
+                expiry = asyncio.get_running_loop().call_later(left, self._interrupt, job.id)
         try:
             if job.state == "validating" and not job.cancel_requested:
                 try:

@@ -75,10 +75,13 @@ CREATE TABLE IF NOT EXISTS files (
     filename TEXT NOT NULL,
     bytes INTEGER NOT NULL,
     sha256 TEXT NOT NULL,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    expires_at REAL
 );
 CREATE INDEX IF NOT EXISTS files_owner ON files (owner, created_at);
 """
+# Columns added since a store was first made: (table, column, declaration), added when missing.
+_ADDED_COLUMNS = (("files", "expires_at", "REAL"),)
 
 
 class JobStoreError(Exception):
@@ -142,8 +145,11 @@ class FileRecord:
     bytes: int
     sha256: str
     created_at: float
+    expires_at: float | None = None  # gone from then on (and deleted by the next sweep)
 
 
+_FILE_COLUMNS = "id, owner, purpose, filename, bytes, sha256, created_at, expires_at"
+_UNEXPIRED = "(expires_at IS NULL OR expires_at > ?)"
 _JOB_COLUMNS = "id, kind, owner, state, endpoint, created_at, expires_at, cancel_requested, spec, times, result, total"
 
 
@@ -163,6 +169,9 @@ class JobStore:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.executescript(_SCHEMA)
+                for table, column, declaration in _ADDED_COLUMNS:
+                    if column not in {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}:
+                        self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
         except sqlite3.Error as error:
             self._db.close()
             raise JobStoreError(f"the job store {self.path} is unreadable ({error}): move it away "
@@ -217,8 +226,9 @@ class JobStore:
         return _job(row, counts)
 
     def list(self, owner: str, *, kinds: tuple[str, ...] = (), state: str | None = None, after: str | None = None,
-             limit: int = 20) -> list[Job]:
-        """Newest first; `after`: the id of the last job of the previous page."""
+             before: str | None = None, limit: int = 20) -> list[Job]:
+        """Newest first; `after`: the id of the last job of the previous page (older ones follow), `before`:
+        the id of the first job of the next page (the `limit` newer ones just before it, still newest first)."""
         where, args = ["owner = ?"], [owner]
         if kinds:
             where.append(f"kind IN ({', '.join('?' * len(kinds))})")
@@ -229,9 +239,15 @@ class JobStore:
         if after is not None:
             where.append("rowid < (SELECT rowid FROM jobs WHERE id = ?)")
             args.append(after)
+        if before is not None:
+            where.append("rowid > (SELECT rowid FROM jobs WHERE id = ?)")
+            args.append(before)
+        order = "ASC" if before is not None else "DESC"
         with self._lock:
             ids = [r[0] for r in self._db.execute(
-                f"SELECT id FROM jobs WHERE {' AND '.join(where)} ORDER BY rowid DESC LIMIT ?", (*args, limit))]
+                f"SELECT id FROM jobs WHERE {' AND '.join(where)} ORDER BY rowid {order} LIMIT ?", (*args, limit))]
+        if before is not None:
+            ids.reverse()
         return [job for job in map(self.get, ids) if job is not None]
 
     def active(self) -> list[Job]:
@@ -330,19 +346,25 @@ class JobStore:
     # -- files ---------------------------------------------------------------
     def add_file(self, record: FileRecord) -> None:
         with self._tx() as db:
-            db.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?)",
+            db.execute(f"INSERT INTO files ({_FILE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                        (record.id, record.owner, record.purpose, record.filename, record.bytes, record.sha256,
-                        record.created_at))
+                        record.created_at, record.expires_at))
 
     def file(self, id: str, owner: str | None = None) -> FileRecord | None:
+        """The file's record; None when absent, expired, or `owner` is given and not its owner."""
         with self._lock:
-            row = self._db.execute("SELECT * FROM files WHERE id = ?", (id,)).fetchone()
+            row = self._db.execute(f"SELECT {_FILE_COLUMNS} FROM files WHERE id = ? AND {_UNEXPIRED}",
+                                   (id, self.clock())).fetchone()
         record = FileRecord(*row) if row is not None else None
         return record if record is not None and (owner is None or record.owner == owner) else None
 
+    def expired_files(self) -> list[str]:
+        with self._lock:
+            return [r[0] for r in self._db.execute("SELECT id FROM files WHERE expires_at <= ?", (self.clock(),))]
+
     def files(self, owner: str, purpose: str | None = None, after: str | None = None, limit: int = 10000,
               newest_first: bool = True) -> list[FileRecord]:
-        where, args = ["owner = ?"], [owner]
+        where, args = ["owner = ?", _UNEXPIRED], [owner, self.clock()]
         if purpose is not None:
             where.append("purpose = ?")
             args.append(purpose)
@@ -351,8 +373,8 @@ class JobStore:
             args.append(after)
         order = "DESC" if newest_first else "ASC"
         with self._lock:
-            rows = self._db.execute(f"SELECT * FROM files WHERE {' AND '.join(where)} ORDER BY rowid {order} LIMIT ?",
-                                    (*args, limit)).fetchall()
+            rows = self._db.execute(f"SELECT {_FILE_COLUMNS} FROM files WHERE {' AND '.join(where)} "
+                                    f"ORDER BY rowid {order} LIMIT ?", (*args, limit)).fetchall()
         return [FileRecord(*r) for r in rows]
 
     def delete_file(self, id: str) -> None:

@@ -68,6 +68,6 @@ def start_jobs(app: FastAPI, state: ServerState) -> JobRunner:
         kinds["response"] = background.job_kind(state.responses_store)
     # The engine does not preempt for priority, so by default one sequence slot stays free for interactive work.
     concurrency = state.config.batch_concurrency or max(1, state.config.parallel - 1)
-    plane.runner = JobRunner(plane.store, InProcessDispatch(app, state), kinds, concurrency)
+    plane.runner = JobRunner(plane.store, InProcessDispatch(app, state), kinds, concurrency, sweep=plane.files.sweep)
     plane.runner.start()
     return plane.runner

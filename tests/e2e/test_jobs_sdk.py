@@ -230,3 +230,44 @@ def test_files_are_kept_with_their_sha256(tenant_server, keys):
     assert c.files.delete(f.id).deleted is True
     with pytest.raises(openai.NotFoundError):
         c.files.retrieve(f.id)
+
+
+def test_files_expire_as_asked_and_batch_outputs_as_the_batch_asks(tenant_server, keys):
+    c = client(tenant_server, keys["alice"][1])
+    kept = c.files.create(file=("notes.txt", b"x"), purpose="user_data")
+    brief = c.files.create(file=("notes.txt", b"x"), purpose="user_data",
+                           expires_after={"anchor": "created_at", "seconds": 7200})
+    batch_input = c.files.create(file=("in.jsonl", (chat_line("only", max_tokens=1) + "\n").encode()),
+                                 purpose="batch")
+    assert kept.expires_at is None and brief.expires_at == brief.created_at + 7200
+    assert batch_input.expires_at == batch_input.created_at + 30 * 24 * 3600  # a batch input's default
+    assert c.files.retrieve(brief.id).expires_at == brief.expires_at
+    with pytest.raises(openai.BadRequestError, match=r"expires_after\[seconds\] must be .* 3600"):
+        c.files.create(file=("n.txt", b"x"), purpose="user_data", expires_after={"anchor": "created_at", "seconds": 60})
+    with pytest.raises(openai.BadRequestError, match=r"expires_after\[anchor\] must be 'created_at'"):
+        c.files.create(file=("n.txt", b"x"), purpose="user_data", expires_after={"anchor": "now", "seconds": 3600})
+
+    batch = c.batches.create(input_file_id=batch_input.id, endpoint="/v1/chat/completions", completion_window="24h",
+                             output_expires_after={"anchor": "created_at", "seconds": 3600})
+    done = until_batch_ends(c, batch.id)
+    assert done.status == "completed"
+    output = c.files.retrieve(done.output_file_id)
+    assert output.expires_at == output.created_at + 3600
+    with pytest.raises(openai.BadRequestError, match=r"output_expires_after\[seconds\]"):
+        c.batches.create(input_file_id=batch_input.id, endpoint="/v1/chat/completions", completion_window="24h",
+                         output_expires_after={"anchor": "created_at", "seconds": 10**9})
+
+
+def test_message_batches_page_both_ways(tenant_server, keys):
+    a = anthropic.Anthropic(base_url=tenant_server.base_url, api_key=keys["bob"][1], max_retries=0)
+    made = [a.messages.batches.create(requests=[{"custom_id": "p", "params": {
+        "model": "tiny", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}}]).id for _ in range(3)]
+    newest = list(reversed(made))
+    first = a.messages.batches.list(limit=2)
+    assert [b.id for b in first.data] == newest[:2] and first.has_more is True
+    older = a.messages.batches.list(limit=2, after_id=first.last_id)
+    assert [b.id for b in older.data] == newest[2:3] and older.has_more is False
+    back = a.messages.batches.list(limit=1, before_id=older.first_id)
+    assert [b.id for b in back.data] == newest[1:2] and back.has_more is True
+    with pytest.raises(anthropic.BadRequestError, match="not both"):
+        a.messages.batches.list(after_id=made[0], before_id=made[1])

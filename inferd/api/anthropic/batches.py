@@ -107,12 +107,16 @@ async def create_batch(body: CreateMessageBatch, raw: Request, plane: JobPlane =
 
 
 @router.get("/v1/messages/batches")
-async def list_batches(raw: Request, after_id: str | None = None, limit: int | None = Query(None),
-                       plane: JobPlane = Depends(get_plane)):
+async def list_batches(raw: Request, after_id: str | None = None, before_id: str | None = None,
+                       limit: int | None = Query(None), plane: JobPlane = Depends(get_plane)):
     limit = page_limit(limit, default=20, most=1000)
+    if after_id is not None and before_id is not None:
+        raise BadRequest("send after_id or before_id, not both", param="before_id")
     jobs = await asyncio.to_thread(plane.store.list, owner(), kinds=("message_batch",), after=after_id,
-                                   limit=limit + 1)
-    data = [batch_object(j, str(raw.base_url)) for j in jobs[:limit]]
+                                   before=before_id, limit=limit + 1)
+    # Newest first either way; with before_id the extra job (for has_more) is the newest, left off.
+    page = jobs[-limit:] if before_id is not None else jobs[:limit]
+    data = [batch_object(j, str(raw.base_url)) for j in page]
     return {"data": data, "has_more": len(jobs) > limit, "first_id": data[0]["id"] if data else None,
             "last_id": data[-1]["id"] if data else None}
 

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict
 
 from inferd.api.job_access import get_plane, owner, page_limit
-from inferd.api.openai.files import find_file
+from inferd.api.openai.files import expiry_seconds, find_file
 from inferd.http.errors import BadRequest, NotFound
 from inferd.jobs.batch_input import parse_batch_input
 from inferd.jobs.plane import JobPlane
@@ -37,6 +37,7 @@ class CreateBatchRequest(BaseModel):
     endpoint: str
     completion_window: str = "24h"
     metadata: dict[str, str] | None = None
+    output_expires_after: dict[str, Any] | None = None  # {anchor: created_at, seconds}: for the output files
 
 
 def batch_object(job: Job) -> dict[str, Any]:
@@ -76,11 +77,15 @@ async def create_batch(body: CreateBatchRequest, plane: JobPlane = Depends(get_p
                          param="completion_window")
     if body.metadata is not None and len(body.metadata) > MAX_METADATA:
         raise BadRequest(f"metadata holds at most {MAX_METADATA} keys", param="metadata")
+    policy = body.output_expires_after or {}
+    output_expiry = expiry_seconds(policy.get("anchor"), policy.get("seconds"), "output_expires_after") \
+        if body.output_expires_after is not None else None
     record = find_file(plane, body.input_file_id, param="input_file_id")
     if record.purpose != "batch":
         raise BadRequest(f"file {record.id} has purpose {record.purpose!r}; upload the batch input with purpose "
                          "'batch'", param="input_file_id")
-    spec = {"input_file_id": record.id, "completion_window": body.completion_window, "metadata": body.metadata}
+    spec = {"input_file_id": record.id, "completion_window": body.completion_window, "metadata": body.metadata,
+            "output_expiry": output_expiry}
     expires = time.time() + WINDOWS[body.completion_window]
     job = await asyncio.to_thread(plane.store.create, new_id("batch_"), "batch", owner(), body.endpoint, spec,
                                   expires_at=expires)
@@ -145,7 +150,7 @@ def job_kind(plane: JobPlane) -> JobKind:
             if chosen:
                 text = "".join(json.dumps(output_line(job, i)) + "\n" for i in chosen).encode()
                 record = await asyncio.to_thread(plane.files.save_bytes, text, job.owner, "batch_output",
-                                                 f"{job.id}_{name}.jsonl")
+                                                 f"{job.id}_{name}.jsonl", job.spec.get("output_expiry"))
                 result[f"{name}_file_id"] = record.id
         return result
 

@@ -1,6 +1,8 @@
 """OpenAI's Files API: upload (multipart, up to --max-file-size), list,
 retrieve, download and delete. Batch inputs are uploaded here and batch
-outputs are read from here. A key sees only its own files."""
+outputs are read from here. A key sees only its own files. A file may
+expire (`expires_after`, seconds after it was made; batch inputs after 30
+days unless told): it is gone from then on, and its bytes are deleted."""
 
 from __future__ import annotations
 
@@ -19,6 +21,25 @@ from inferd.jobs.store import FileRecord
 router = APIRouter()
 
 UPLOADABLE = ("batch", "user_data")
+EXPIRY_RANGE = (3600, 30 * 24 * 3600)  # the seconds an expiry may name: an hour to 30 days
+DEFAULT_EXPIRY = {"batch": 30 * 24 * 3600}  # by purpose; others are kept until deleted
+
+
+def expiry_seconds(anchor: str | None, seconds: str | int | None, param: str) -> int | None:
+    """An `expires_after` policy's seconds (anchored at the file's creation), or None when none was given."""
+    if anchor is None and seconds is None:
+        return None
+    if anchor != "created_at":
+        raise BadRequest(f"{param}[anchor] must be 'created_at', got {anchor!r}", param=f"{param}.anchor")
+    low, high = EXPIRY_RANGE
+    try:
+        value = int(seconds)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not low <= value <= high:
+        raise BadRequest(f"{param}[seconds] must be a whole number of seconds from {low} (an hour) to {high} (30 days), "
+                         f"got {seconds!r}", param=f"{param}.seconds")
+    return value
 
 
 def safe_name(filename: str | None) -> str:
@@ -29,7 +50,8 @@ def safe_name(filename: str | None) -> str:
 
 def file_object(record: FileRecord) -> dict:
     return {"id": record.id, "object": "file", "bytes": record.bytes, "created_at": int(record.created_at),
-            "filename": record.filename, "purpose": record.purpose, "status": "processed", "expires_at": None,
+            "filename": record.filename, "purpose": record.purpose, "status": "processed",
+            "expires_at": int(record.expires_at) if record.expires_at is not None else None,
             "status_details": None, "sha256": record.sha256}
 
 
@@ -41,12 +63,19 @@ def find_file(plane: JobPlane, id: str, param: str | None = None) -> FileRecord:
 
 
 @router.post("/v1/files")
-async def upload_file(file: UploadFile = File(...), purpose: str = Form(...), plane: JobPlane = Depends(get_plane)):
+async def upload_file(file: UploadFile = File(...), purpose: str = Form(...),
+                      anchor: str | None = Form(None, alias="expires_after[anchor]"),
+                      seconds: str | None = Form(None, alias="expires_after[seconds]"),
+                      plane: JobPlane = Depends(get_plane)):
     if purpose not in UPLOADABLE:
         raise BadRequest(f"purpose must be one of {', '.join(UPLOADABLE)}, got {purpose!r}", param="purpose")
+    expires = expiry_seconds(anchor, seconds, "expires_after")
+    if expires is None:
+        expires = DEFAULT_EXPIRY.get(purpose)
     name = safe_name(file.filename)
     try:
-        record = await asyncio.to_thread(plane.files.save, file.file, owner(), purpose, name, plane.max_file_size)
+        record = await asyncio.to_thread(plane.files.save, file.file, owner(), purpose, name, plane.max_file_size,
+                                         expires)
     except FileTooLarge as error:
         raise PayloadTooLarge(f"upload exceeds {error.limit} bytes (--max-file-size)") from None
     return file_object(record)
