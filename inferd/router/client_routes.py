@@ -81,15 +81,18 @@ async def forward(request: Request, endpoint: Endpoint):
     pinned, observe = None, None
     response_id = next((v for v in (*map(request.path_params.get, _STORED_PARAMS), *map(body.get, _STORED_FIELDS))
                         if v), None)
+    to_worker = request_headers(list(request.scope["headers"]), state.config.worker_api_key, state.tenants.enabled)
     if isinstance(response_id, str) and _STORED_ID.match(response_id):
-        pinned = await state.owners.locate(response_id, state.fleet, state.client, state.worker_headers)
+        # Asked with the key the request goes on with (the caller's, passed through), so a worker answers
+        # only for what that key may read and a worker's per-key isolation holds across the router.
+        keys = {n.decode("latin-1"): v.decode("latin-1") for n, v in to_worker if n in (b"authorization", b"x-api-key")}
+        pinned = await state.owners.locate(response_id, state.fleet, state.client, keys)
     if endpoint.stores_response:
         observe = state.owners.learn
     admitted = await admit_forward(endpoint, body, requested_model(body))
     if isinstance(admitted, APIError):
         return error_response_for_path(path, admitted)
     target = forwarded_target(request)
-    to_worker = request_headers(list(request.scope["headers"]), state.config.worker_api_key, state.tenants.enabled)
     if isinstance(admitted, UsageMeter):
         to_worker = admitted.asking(to_worker)
     fwd = Forward(
