@@ -20,11 +20,12 @@ from torch import nn
 from inferd.arch.base import WeightLoadError
 from inferd.models.encoder_config import EncoderConfig
 
+# In place: the MLP's widest tensor is rewritten where it lies.
 ACTIVATIONS = {
-    "gelu": F.gelu,
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
+    "gelu": torch.ops.aten.gelu_,
+    "gelu_new": lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
+    "relu": torch.relu_,
 }
 
 # Hugging Face name (after the model prefix) -> this module's name.
@@ -80,6 +81,26 @@ class EncoderBatch:
         return starts
 
 
+@dataclass
+class LayerBuffers:
+    """Where a batch's layers write their results: made once per forward and
+    reused by every layer, since a fresh tensor of a few MB costs its page
+    faults each time it is made (~10% of a float32 forward)."""
+
+    residual: torch.Tensor  # [T, hidden]: x + sublayer(x), before its norm
+    attn: torch.Tensor  # [T, hidden]
+    qkv: torch.Tensor  # [T, 3 * hidden]
+    wide: torch.Tensor  # [T, intermediate]
+
+    @classmethod
+    def of(cls, cfg: EncoderConfig, rows: int, like: torch.Tensor) -> "LayerBuffers":
+        def new(width: int) -> torch.Tensor:
+            return like.new_empty(rows, width)
+
+        hidden = cfg.hidden_size
+        return cls(new(hidden), new(hidden), new(3 * hidden), new(cfg.intermediate_size))
+
+
 class EncoderLayer(nn.Module):
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
@@ -93,16 +114,23 @@ class EncoderLayer(nn.Module):
         self.out_norm = nn.LayerNorm(hidden, eps=cfg.layer_norm_eps)
         self.act = ACTIVATIONS[cfg.hidden_act]
 
-    def forward(self, x: torch.Tensor, batch: EncoderBatch) -> torch.Tensor:
-        x = self.attn_norm(x + self.attn_out(self.attention(x, batch)))
-        return self.out_norm(x + self.down(self.act(self.up(x))))
+    def forward(self, x: torch.Tensor, batch: EncoderBatch, buffers: LayerBuffers) -> torch.Tensor:
+        qkv = torch.addmm(self.qkv.bias, x, self.qkv.weight.t(), out=buffers.qkv)
+        attn = self.attention(qkv, batch, buffers.attn)
+        x = self._add_norm(x, attn, self.attn_out, self.attn_norm, buffers)
+        wide = self.act(torch.addmm(self.up.bias, x, self.up.weight.t(), out=buffers.wide))
+        return self._add_norm(x, wide, self.down, self.out_norm, buffers)
 
-    def attention(self, x: torch.Tensor, batch: EncoderBatch) -> torch.Tensor:
-        t, hidden = x.shape
-        qkv = self.qkv(x)
-        out = torch.empty_like(x)
-        real = sum(batch.lengths)
-        out[real:] = 0  # rows past the sequences (padding to a recurring size) attend nothing
+    @staticmethod
+    def _add_norm(x: torch.Tensor, h: torch.Tensor, proj: nn.Linear, norm: nn.LayerNorm,
+                  buffers: LayerBuffers) -> torch.Tensor:
+        """norm(x + proj(h)): the bias joins the residual and the matmul adds onto it in place."""
+        residual = torch.add(x, proj.bias, out=buffers.residual).addmm_(h, proj.weight.t())
+        return norm(residual)
+
+    def attention(self, qkv: torch.Tensor, batch: EncoderBatch, out: torch.Tensor) -> torch.Tensor:
+        hidden = out.shape[1]
+        out[sum(batch.lengths):] = 0  # rows past the sequences (padding to a recurring size) attend nothing
         for start, count, length in batch.groups:
             rows = slice(start, start + count * length)
             q, k, v = qkv[rows].view(count, length, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
@@ -133,8 +161,9 @@ class BertEncoder(nn.Module):
                 batch: EncoderBatch) -> torch.Tensor:
         x = self.word_embeddings(input_ids) + self.position_embeddings(positions + self.cfg.position_offset)
         x = self.embed_norm(x + self.token_type_embeddings(type_ids))
+        buffers = LayerBuffers.of(self.cfg, x.shape[0], x)
         for layer in self.layers:
-            x = layer(x, batch)
+            x = layer(x, batch, buffers)
         return x
 
     def classify(self, hidden: torch.Tensor, batch: EncoderBatch) -> torch.Tensor:
