@@ -16,7 +16,7 @@ def option(default, help: str, flag: str | None = None, short: str | None = None
 @dataclass
 class ModelOptions:
     model: str | None = option(None, "a .gguf file, a Hugging Face folder, or a stored model's name (inferd list); default: the bundled Gemma 3 270M", short="-m")
-    dtype: str = option("auto", "weight and activation dtype: auto (bfloat16), bfloat16, float16, float32")
+    dtype: str = option("auto", "weight and activation dtype: auto (bfloat16 where the CPU computes it natively: AVX512-BF16, AMX, Arm BF16; else float32), bfloat16, float16, float32")
     device: str = option("auto", "auto (cuda when torch sees a GPU, else cpu), cpu, cuda, cuda:N")
     threads: int = option(0, "CPU threads for torch; 0 = torch's default", short="-t")
     data_dir: str | None = option(None, "folder for stored state: the model store (--model may name a stored model), stored responses; default: $XDG_DATA_HOME/inferd or ~/.local/share/inferd")

@@ -23,6 +23,11 @@ FORMATS = tuple(gguf_gemv.BLOCKS)
 # BENCHMARKS.md ("GGUF blocks").
 LAYER_DENSE_FROM = 2
 HEAD_DENSE_FROM = 6
+# In float32 (a CPU without native bf16) a dense copy is twice the bytes and
+# the head's would be the whole tied embedding in float32 (670 MB for the
+# bundled model): the head keeps none, and the layers go dense only past what
+# one pass of the kernel takes (untuned: no such CPU to measure on yet).
+FLOAT32_LAYER_DENSE_FROM = gguf_gemv.MAX_ROWS + 1
 _FUSED_PARTS = {"qkv_proj": 3, "gate_up_proj": 2}
 
 
@@ -48,12 +53,14 @@ def use_file_blocks(model: CausalLM, formats: dict[str, tuple[str, int]], raws: 
         parts = [(formats[name], name) for _, name in sorted(members)]
         if not all(gguf_gemv.supports(block_format, linear.in_features) for (block_format, _), _ in parts):
             continue
-        _swap(model, path, _layer(linear.weight, linear.bias, parts, raws, dtype, LAYER_DENSE_FROM))
+        dense_from = FLOAT32_LAYER_DENSE_FROM if dtype == torch.float32 else LAYER_DENSE_FROM
+        _swap(model, path, _layer(linear.weight, linear.bias, parts, raws, dtype, dense_from))
 
     head_names = [name for name in formats if normalize_name(name) == head_name]
     head = model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
     if head_names and gguf_gemv.supports(formats[head_names[0]][0], head.shape[1]):
-        model.fast_head = _layer(head, None, [(formats[head_names[0]], head_names[0])], raws, dtype, HEAD_DENSE_FROM)
+        dense_from = None if dtype == torch.float32 else HEAD_DENSE_FROM
+        model.fast_head = _layer(head, None, [(formats[head_names[0]], head_names[0])], raws, dtype, dense_from)
         model.fast_head.kernel_out_dtype = torch.float32  # logits: no bf16 rounding, no conversion after
         model.lm_head = None
 

@@ -8,6 +8,8 @@ with bit-identical results (the same kernel runs either way).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -33,12 +35,32 @@ def can_pack(dtype: torch.dtype, device: torch.device) -> bool:
             and torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
+@functools.cache
+def _reorder_all():
+    # One TorchScript call reorders a whole model without taking the GIL
+    # between weights, so it runs beside work that holds the GIL throughout
+    # (the tokenizer's load) instead of waiting for it after each weight.
+    unit = torch.jit.CompilationUnit("""
+def reorder_all(weights: List[Tensor], rows: int) -> List[Tensor]:
+    return [torch.ops.mkldnn._reorder_linear_weight(w, rows) for w in weights]
+""")
+    return unit.reorder_all
+
+
+def pack_all(layers: list[tuple[torch.Tensor, torch.Tensor | None]]) -> list[PackedLinear]:
+    """A `PackedLinear` for each (weight, bias), reordered in one call."""
+    packed = _reorder_all()([weight.detach() for weight, _ in layers], _LAYOUT_ROWS) if layers else []
+    return [PackedLinear(weight, bias, p) for (weight, bias), p in zip(layers, packed)]
+
+
 class PackedLinear(nn.Module):
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, packed: torch.Tensor | None = None):
+        """`packed`: the weight reordered already (`pack_all`), else reordered here."""
         super().__init__()
         self.out_features, self.in_features = weight.shape
         # An opaque layout: not a state-dict entry (the weight cache keeps the plain weight).
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _LAYOUT_ROWS)
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _LAYOUT_ROWS) if packed is None \
+            else packed
         self.bias = None if bias is None else bias.detach()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

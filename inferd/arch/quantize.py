@@ -2,7 +2,7 @@
 
 Schemes (`--weights`):
 - `auto` (default): `gguf` for a GGUF file where inferd's kernels run
-  (CPU, bf16), else `bf16`.
+  (CPU, bf16 or float32), else `bf16`.
 - `gguf`: the file's own quantized blocks (`arch.file_blocks`), exact.
 - `bf16`: every weight in the engine dtype; on CPU the
   projections and a copy of the LM head are reordered once for oneDNN
@@ -28,6 +28,7 @@ in the engine dtype.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from torch import nn
 
 from inferd.arch.base import CausalLM
 from inferd.arch.gguf_linear import GGUFLinear
-from inferd.arch.packed_linear import PackedLinear, can_pack
+from inferd.arch.packed_linear import PackedLinear, can_pack, pack_all
 from inferd.arch.quantized_linear import QuantizedLinear, can_tile, int4_fits
 from inferd.kernels import gguf_gemv, quant_gemv
 
@@ -85,8 +86,8 @@ def uses_file_blocks(scheme: str, path: Path, dtype: torch.dtype, device: torch.
         why_not = "the model is not a GGUF file"
     elif device.type != "cpu":
         why_not = f"it runs on CPU only, not {device.type}"
-    elif dtype != torch.bfloat16:
-        why_not = f"it computes with bf16 activations, not --dtype {str(dtype).removeprefix('torch.')}"
+    elif dtype not in (torch.bfloat16, torch.float32):
+        why_not = f"it computes with bf16 or float32 activations, not --dtype {str(dtype).removeprefix('torch.')}"
     elif not gguf_gemv.available():
         why_not = "inferd's kernels cannot be built here (no C compiler, or INFERD_NATIVE_KERNELS=0)"
     if why_not is not None and scheme == "gguf":
@@ -133,21 +134,36 @@ def quantize_model(model: CausalLM, q: Quantization, dtype: torch.dtype, empty: 
 
 def pack_for_cpu(model: CausalLM, dtype: torch.dtype, device: torch.device) -> None:
     """Reorder every remaining float projection, and the LM head unless it is
-    quantized, for oneDNN; a no-op where that does not apply."""
+    quantized, for oneDNN; a no-op where that does not apply. All in one
+    call that holds no GIL (`pack_all`), so it may run on a thread beside other loading."""
     if not can_pack(dtype, device):
         return
+    layers: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+    installs = []  # what to do with each packed layer, in the order of `layers`
     for module, name, linear in _projections(model):
-        setattr(module, name, PackedLinear(linear.weight, linear.bias))
+        layers.append((linear.weight, linear.bias))
+        installs.append(functools.partial(setattr, module, name))
     tied = model.embed_tokens.weight.data_ptr()
     for module in model.modules():
         if isinstance(module, (QuantizedLinear, GGUFLinear)) and module.dense is not None \
                 and module.dense.data_ptr() != tied:
-            module.packed_dense = PackedLinear(module.dense, module.bias)
-            module.dense = None
+            layers.append((module.dense, module.bias))
+            installs.append(functools.partial(_replace_dense, module))
     if model.fast_head is None:
-        head = model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
-        model.fast_head = PackedLinear(head, None)
-        model.lm_head = None
+        layers.append((model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight, None))
+        installs.append(functools.partial(_install_head, model))
+    for install, packed in zip(installs, pack_all(layers)):
+        install(packed)
+
+
+def _replace_dense(module: QuantizedLinear | GGUFLinear, packed: PackedLinear) -> None:
+    module.packed_dense = packed
+    module.dense = None
+
+
+def _install_head(model: CausalLM, packed: PackedLinear) -> None:
+    model.fast_head = packed
+    model.lm_head = None
 
 
 def _projections(model: CausalLM) -> list[tuple[nn.Module, str, nn.Linear]]:

@@ -18,8 +18,9 @@
  * MAX_ROWS). Vector paths: AVX2 (u8 x s8 pairs), AVX-512 VNNI or AVX-VNNI
  * (vpdpbusd); the portable path computes the same sums in scalar C.
  *
- * W: one or more parts of N rows of row_bytes; x: bf16 [M, K]; y: [M, N]
- * float32 or bf16, each part writing its own columns; bias: bf16 [N] or NULL.
+ * W: one or more parts of N rows of row_bytes; x: [M, K] and bias: [N] or
+ * NULL, both bf16 or both float32 (the engine's dtype: float32 on CPUs
+ * without native bf16); y: [M, N] float32 or bf16, each part writing its own columns.
  * Threads: OpenMP over output rows.
  */
 
@@ -57,7 +58,12 @@ typedef struct {
     int M;
 } Acts;
 
-static int quantize_rows(const uint16_t *x, int M, int64_t K, Acts *a) {
+/* One input of bf16 or float32 activations (or bias). */
+static inline float input_at(const void *x, int is_float, int64_t i) {
+    return is_float ? ((const float *)x)[i] : bf16_to_float(((const uint16_t *)x)[i]);
+}
+
+static int quantize_rows(const void *x, int x_is_float, int M, int64_t K, Acts *a) {
     a->K = K, a->M = M, a->groups = K / GROUP;
     a->q = aligned_alloc(64, (size_t)((M * K + 63) / 64 * 64));
     a->d = malloc((size_t)(M * a->groups) * sizeof(float));
@@ -66,7 +72,7 @@ static int quantize_rows(const uint16_t *x, int M, int64_t K, Acts *a) {
     for (int64_t g = 0; g < M * a->groups; g++) {
         float v[GROUP], amax = 0;
         for (int j = 0; j < GROUP; j++) {
-            v[j] = bf16_to_float(x[g * GROUP + j]);
+            v[j] = input_at(x, x_is_float, g * GROUP + j);
             amax = fmaxf(amax, fabsf(v[j]));
         }
         float d = amax / 127.0f, inv = d > 0 ? 1.0f / d : 0.0f;
@@ -346,7 +352,7 @@ static int64_t row_bytes(int type, int64_t K) {
 
 /* Every output row for M activation rows (a constant once inlined), starting at activation row m0. */
 INLINE void products(int type, const uint8_t *w, int64_t stride, int64_t N, const Acts *a, const int M,
-                     const uint16_t *bias, void *y, int64_t ldy, int y_is_float, int64_t m0) {
+                     const void *bias, int in_is_float, void *y, int64_t ldy, int y_is_float, int64_t m0) {
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         const uint8_t *row = w + n * stride;
@@ -360,7 +366,7 @@ INLINE void products(int type, const uint8_t *w, int64_t stride, int64_t N, cons
         default: row_q6_k(row, a, M, out); break;
         }
         for (int m = 0; m < M; m++) {
-            const float v = bias ? out[m] + bf16_to_float(bias[n]) : out[m];
+            const float v = bias ? out[m] + input_at(bias, in_is_float, n) : out[m];
             if (y_is_float)
                 ((float *)y)[(m0 + m) * ldy + n] = v;
             else
@@ -374,7 +380,7 @@ INLINE void products(int type, const uint8_t *w, int64_t stride, int64_t N, cons
  * count; the activations are quantized once for all of them.
  * 0 on success; -1 out of memory; -2 an unsupported type or shape. */
 int inferd_gguf_gemv(int parts, const int *types, const uint8_t *const *ws, const int64_t *rows_of, int64_t K,
-                     const uint16_t *x, int64_t M, const uint16_t *bias, void *y, int y_is_float) {
+                     const void *x, int64_t M, const void *bias, int in_is_float, void *y, int y_is_float) {
     int64_t ldy = 0;
     for (int p = 0; p < parts; p++) {
         const int64_t block = types[p] == Q4_K || types[p] == Q5_K || types[p] == Q6_K ? 256 : 32;
@@ -385,7 +391,8 @@ int inferd_gguf_gemv(int parts, const int *types, const uint8_t *const *ws, cons
     for (int64_t m0 = 0; m0 < M; m0 += MAX_ROWS) {
         const int rows = (int)(M - m0 < MAX_ROWS ? M - m0 : MAX_ROWS);
         Acts a;
-        if (quantize_rows(x + m0 * K, rows, K, &a)) {
+        const void *xm = in_is_float ? (const void *)((const float *)x + m0 * K) : (const void *)((const uint16_t *)x + m0 * K);
+        if (quantize_rows(xm, in_is_float, rows, K, &a)) {
             free_rows(&a);
             return -1;
         }
@@ -393,17 +400,18 @@ int inferd_gguf_gemv(int parts, const int *types, const uint8_t *const *ws, cons
         for (int p = 0; p < parts; p++) {
             const int type = types[p];
             const int64_t N = rows_of[p], stride = row_bytes(type, K);
-            const uint16_t *b = bias ? bias + col : NULL;
+            const void *b = !bias ? NULL : in_is_float ? (const void *)((const float *)bias + col)
+                                                         : (const void *)((const uint16_t *)bias + col);
             void *out = y_is_float ? (void *)((float *)y + col) : (void *)((uint16_t *)y + col);
             switch (rows) {
-            case 1: products(type, ws[p], stride, N, &a, 1, b, out, ldy, y_is_float, m0); break;
-            case 2: products(type, ws[p], stride, N, &a, 2, b, out, ldy, y_is_float, m0); break;
-            case 3: products(type, ws[p], stride, N, &a, 3, b, out, ldy, y_is_float, m0); break;
-            case 4: products(type, ws[p], stride, N, &a, 4, b, out, ldy, y_is_float, m0); break;
-            case 5: products(type, ws[p], stride, N, &a, 5, b, out, ldy, y_is_float, m0); break;
-            case 6: products(type, ws[p], stride, N, &a, 6, b, out, ldy, y_is_float, m0); break;
-            case 7: products(type, ws[p], stride, N, &a, 7, b, out, ldy, y_is_float, m0); break;
-            default: products(type, ws[p], stride, N, &a, 8, b, out, ldy, y_is_float, m0); break;
+            case 1: products(type, ws[p], stride, N, &a, 1, b, in_is_float, out, ldy, y_is_float, m0); break;
+            case 2: products(type, ws[p], stride, N, &a, 2, b, in_is_float, out, ldy, y_is_float, m0); break;
+            case 3: products(type, ws[p], stride, N, &a, 3, b, in_is_float, out, ldy, y_is_float, m0); break;
+            case 4: products(type, ws[p], stride, N, &a, 4, b, in_is_float, out, ldy, y_is_float, m0); break;
+            case 5: products(type, ws[p], stride, N, &a, 5, b, in_is_float, out, ldy, y_is_float, m0); break;
+            case 6: products(type, ws[p], stride, N, &a, 6, b, in_is_float, out, ldy, y_is_float, m0); break;
+            case 7: products(type, ws[p], stride, N, &a, 7, b, in_is_float, out, ldy, y_is_float, m0); break;
+            default: products(type, ws[p], stride, N, &a, 8, b, in_is_float, out, ldy, y_is_float, m0); break;
             }
             col += N;
         }

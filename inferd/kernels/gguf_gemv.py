@@ -31,7 +31,7 @@ MAX_ROWS = 8  # activation rows applied per pass over the weights
 @functools.cache
 def library(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
     return load_kernel(Path(__file__).with_name("gguf_gemv.c"), extra_flags,
-                       inferd_gguf_gemv=([INT, PTR, PTR, PTR, I64, PTR, I64, PTR, PTR, INT], INT),
+                       inferd_gguf_gemv=([INT, PTR, PTR, PTR, I64, PTR, I64, PTR, INT, PTR, INT], INT),
                        inferd_gguf_gemv_vectorized=([], INT))
 
 
@@ -71,15 +71,17 @@ class Parts:
 
 def matmul(x: torch.Tensor, parts: Parts, bias: torch.Tensor | None = None,
            out_dtype: torch.dtype = torch.bfloat16, lib: ctypes.CDLL | None = None) -> torch.Tensor:
-    """x @ W.T for bf16 x [..., K] and W the stacked `parts`."""
-    if x.dtype != torch.bfloat16:
-        raise TypeError(f"the GGUF kernels take bf16 activations, not {x.dtype}")
+    """x @ W.T for x [..., K] (bf16, or float32 where the engine computes in
+    it) and W the stacked `parts`; a bias is in x's dtype."""
+    if x.dtype not in (torch.bfloat16, torch.float32):
+        raise TypeError(f"the GGUF kernels take bf16 or float32 activations, not {x.dtype}")
     if out_dtype not in (torch.bfloat16, torch.float32):
         raise TypeError(f"the GGUF kernels write bf16 or float32, not {out_dtype}")
     if x.shape[-1] != parts.in_features:
         raise ValueError(f"the weights take {parts.in_features} inputs, not {x.shape[-1]}")
-    if bias is not None and (bias.dtype != torch.bfloat16 or bias.shape != (parts.out_features,)):
-        raise TypeError(f"the bias must be bf16 [{parts.out_features}], not {bias.dtype} {tuple(bias.shape)}")
+    if bias is not None and (bias.dtype != x.dtype or bias.shape != (parts.out_features,) or not bias.is_contiguous()):
+        raise TypeError(f"the bias must be contiguous {x.dtype} [{parts.out_features}], "
+                        f"not {bias.dtype} {tuple(bias.shape)}")
     flat = x.reshape(-1, parts.in_features)
     if not flat.is_contiguous():
         flat = flat.contiguous()
@@ -87,7 +89,8 @@ def matmul(x: torch.Tensor, parts: Parts, bias: torch.Tensor | None = None,
     if flat.shape[0]:
         status = (lib or library()).inferd_gguf_gemv(
             parts.count, parts.types, parts.pointers, parts.rows, parts.in_features, flat.data_ptr(),
-            flat.shape[0], None if bias is None else bias.data_ptr(), y.data_ptr(), out_dtype == torch.float32)
+            flat.shape[0], None if bias is None else bias.data_ptr(), x.dtype == torch.float32, y.data_ptr(),
+            out_dtype == torch.float32)
         if status == -1:
             raise MemoryError("the GGUF kernel could not allocate its activation buffers")
         if status:

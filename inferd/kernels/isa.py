@@ -58,6 +58,19 @@ def selected() -> str:
     return wanted
 
 
+# Instructions that compute bf16 products natively: x86's AVX512-BF16 and AMX-BF16, Arm's BF16.
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def native_bf16(flags: frozenset[str] | None = None) -> bool:
+    """Whether the build in use runs on a CPU that computes bf16 natively.
+    Without it torch and oneDNN only emulate bf16 matmuls, several times
+    slower than float32's. A lower build chosen with INFERD_ISA stands for
+    the machines it is built for, which have none (`avx2`, `portable`)."""
+    flags = cpu_flags() if flags is None else flags
+    return bool(flags & NATIVE_BF16_FLAGS) and selected() == runnable()[0]
+
+
 def march_flags(isa: str) -> list[str]:
     """The compiler flags of one build: the CPU's own for its best, so
     extensions beyond the named set (VNNI, AMX, AVX-VNNI) are used too."""

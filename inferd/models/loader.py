@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from inferd.arch import build_model
 from inferd.arch.base import CausalLM
 from inferd.arch.file_blocks import FORMATS, use_file_blocks
 from inferd.arch.quantize import pack_for_cpu, quantize_model, resolve_weights, uses_file_blocks, weights_label
+from inferd.kernels import isa
 from inferd.kernels import prepare as prepare_kernels
 from inferd.models.config import ModelConfig
 from inferd.models.paths import resolve_model_path
@@ -48,10 +50,20 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
-def resolve_dtype(dtype: str = "auto") -> torch.dtype:
-    # bf16 everywhere by default: CUDA, and CPUs with AVX512-BF16 (fp32 is 3-4x slower there).
+def resolve_dtype(dtype: str = "auto", device: torch.device | None = None) -> torch.dtype:
+    """`auto`: bf16 on CUDA and on CPUs that compute it natively (AVX512-BF16,
+    AMX, Arm BF16: float32 is 3-4x slower there), float32 on the others, where
+    bf16 matmuls are only emulated (an AVX2 CPU: prefill runs float32 GEMMs)."""
     if dtype == "auto":
-        return torch.bfloat16
+        if device is not None and device.type != "cpu":
+            return torch.bfloat16
+        if isa.native_bf16():
+            log.info("--dtype auto: bfloat16, which this CPU computes natively")
+            return torch.bfloat16
+        why = (f"INFERD_ISA={isa.selected()} stands for CPUs without native bf16" if isa.cpu_flags() & isa.NATIVE_BF16_FLAGS
+               else "this CPU has no native bf16 (AVX512-BF16, AMX or Arm BF16)")
+        log.info("--dtype auto: float32, since %s: bf16 matmuls would only be emulated", why)
+        return torch.float32
     if dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype!r} is not one of: auto, {', '.join(DTYPES)}")
     return DTYPES[dtype]
@@ -63,7 +75,8 @@ def load_model(model: str | None = None, dtype: str = "auto", device: str = "aut
     started = time.monotonic()
     bound_process_memory()
     name, path = resolve_model_path(model, data_dir)
-    torch_dtype, torch_device = resolve_dtype(dtype), resolve_device(device)
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
     quantization = resolve_weights(weights, torch_dtype, torch_device)
     file_blocks = uses_file_blocks(weights, path, torch_dtype, torch_device)
     config = ModelConfig.from_hf(_read_config(path))
@@ -73,8 +86,8 @@ def load_model(model: str | None = None, dtype: str = "auto", device: str = "aut
     label = f"gguf-{torch_dtype}" if file_blocks else weights_label(quantization, torch_dtype)
     cache_file = weight_cache_file(path, label) if cached else None
     block_formats = _block_formats(path) if file_blocks else None
-    # The embedding comes mapped, not read: most of it is never touched (see map_embedding).
-    state = None if cache_file is None else load_cached_state(cache_file, mapped=("embed_tokens.weight",))
+    # Mapped, not read: pages come in as used, and most of the embedding never is (see map_embedding).
+    state = None if cache_file is None else load_cached_state(cache_file)
     if state is not None:
         if quantization is not None:
             quantize_model(net, quantization, torch_dtype, empty=True)
@@ -97,14 +110,17 @@ def load_model(model: str | None = None, dtype: str = "auto", device: str = "aut
             use_file_blocks(net, block_formats, _block_bytes(path), torch_dtype)
         if cache_file is not None and not store_state(cache_file, net):
             cache_file = None
-    pack_for_cpu(net, torch_dtype, torch_device)
+    # The reorder for oneDNN holds no GIL, the tokenizer's load holds it throughout: side by side they overlap.
+    with ThreadPoolExecutor(1, thread_name_prefix="inferd-pack") as packer:
+        packing = packer.submit(pack_for_cpu, net, torch_dtype, torch_device)
+        tokenizer = load_tokenizer(path)
+        packing.result()
     if torch_device.type == "cpu":
         prepare_kernels()
     if cache_file is not None:
         map_embedding(net, cache_file)
     release_freed_memory()
     net.eval()
-    tokenizer = load_tokenizer(path)
     return LoadedModel(name, str(path), config, net, tokenizer, torch_dtype, torch_device, time.monotonic() - started)
 
 

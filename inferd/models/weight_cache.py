@@ -1,13 +1,19 @@
 """A disk cache of loaded weights.
 
 Dequantizing a GGUF file (and re-quantizing it for the CPU kernels) takes
-seconds and a transient gigabyte; reading the result back takes a fraction of
-a second. The cache lives under `$XDG_CACHE_HOME/inferd/weights` (default
+seconds and a transient gigabyte; mapping the result back takes milliseconds.
+The cache lives under `$XDG_CACHE_HOME/inferd/weights` (default
 ~/.cache/inferd/weights), one safetensors file per model file and scheme,
 named by a hash of the model's path, size and modification time, the scheme,
 this format's version and the torch version (the int4 packing is torch's own
 layout). Tensors shared in the model (a tied embedding and LM head) are
 stored once and named as aliases in the file's metadata.
+
+Every tensor starts on a page of the file (padding entries fill the gaps, so
+it stays a valid safetensors file) and loads as a memory map of its own:
+nothing is read or copied at load, pages come in as they are first used,
+shared with the page cache, and a tensor dropped later (a plain weight once
+packed for oneDNN) unmaps its pages with it.
 """
 
 from __future__ import annotations
@@ -19,10 +25,8 @@ import mmap
 import os
 import struct
 import uuid
-from collections.abc import Collection
 from pathlib import Path
 
-import safetensors.torch
 import torch
 from torch import nn
 
@@ -30,9 +34,12 @@ from inferd.models.tokenizer_cache import directory_accepts_writes, user_cache_d
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: page-aligned tensors, memory-mapped at load
+PAGE = mmap.ALLOCATIONGRANULARITY  # a map's offset in the file must be a multiple of this
+_PADDING = "__padding__"  # entries that only fill the gap before a page-aligned tensor
 _DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "I8": torch.int8, "U8": torch.uint8,
            "I32": torch.int32, "I64": torch.int64}
+_NAMES = {dtype: name for name, dtype in _DTYPES.items()}
 
 
 def weight_cache_file(model_path: Path, label: str) -> Path:
@@ -44,16 +51,15 @@ def weight_cache_file(model_path: Path, label: str) -> Path:
     return user_cache_dir() / "weights" / f"{model_path.name}.{digest}.safetensors"
 
 
-def load_cached_state(cache_file: Path, mapped: Collection[str] = ()) -> dict[str, torch.Tensor] | None:
-    """The cached state dict, or None when there is no readable one. The
-    tensors named in `mapped` come as memory maps (see `map_cached_tensor`)
-    instead of being read: a lookup table need not be read whole to start."""
+def load_cached_state(cache_file: Path) -> dict[str, torch.Tensor] | None:
+    """The cached state dict, each tensor a memory map of the file (see
+    `map_cached_tensor`), or None when there is no readable cache."""
     try:
-        state, aliases = _read_safetensors(cache_file, skip=set(mapped))
-        for name in mapped:
-            tensor = map_cached_tensor(cache_file, name)  # None when the file lacks it
-            if tensor is not None:
-                state[name] = tensor
+        with open(cache_file, "rb") as f:
+            header, aliases, data_start = _read_header(f)
+            size = os.fstat(f.fileno()).st_size
+            state = {name: _map(f, info, data_start, size) for name, info in header.items()
+                     if not name.startswith(_PADDING)}
     except FileNotFoundError:
         return None
     except Exception as error:  # a damaged cache is rebuilt, never fatal
@@ -65,47 +71,34 @@ def load_cached_state(cache_file: Path, mapped: Collection[str] = ()) -> dict[st
 
 
 def map_cached_tensor(cache_file: Path, name: str) -> torch.Tensor | None:
-    """One tensor of the cache as a private, read-only-in-use memory map, or
-    None when the file does not hold it. Its pages load on first touch and
-    count toward the process's memory only once touched: right for a lookup
-    table read a row at a time (the token embedding)."""
+    """One tensor of the cache as a private memory map, or None when the file
+    does not hold it. Its pages load on first touch and count toward the
+    process's memory only once touched: right for a lookup table read a row
+    at a time (the token embedding)."""
     try:
         with open(cache_file, "rb") as f:
             header, aliases, data_start = _read_header(f)
             info = header.get(aliases.get(name, name))
-            if info is None:
-                return None
-            mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)  # writable for torch; never written
+            return None if info is None else _map(f, info, data_start, os.fstat(f.fileno()).st_size)
     except (OSError, ValueError) as error:
         log.warning("cannot map %s from weight cache %s: %s", name, cache_file, error)
         return None
+
+
+def _map(f, info: dict, data_start: int, file_size: int) -> torch.Tensor:
+    """A tensor over its own map of the file: copy-on-write (torch wants a
+    writable buffer; weights are never written), unmapped when the tensor goes."""
     begin, end = info["data_offsets"]
-    dtype = _DTYPES[info["dtype"]]
-    flat = torch.frombuffer(mapping, dtype=dtype, count=(end - begin) // dtype.itemsize, offset=data_start + begin)
-    return flat.view(info["shape"])
-
-
-def _read_safetensors(path: Path, skip: set[str]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Read each tensor but those in `skip` straight into its own allocation.
-
-    Not through a memory map: mapped tensors sit at 8-byte offsets (the int8
-    kernel faults on weights that are not 64-byte aligned), and copying them
-    out would hold the mapping and the copies at once, doubling peak memory.
-    """
-    with open(path, "rb") as f:
-        header, aliases, data_start = _read_header(f)
-        state = {}
-        for name, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
-            if name in skip:
-                continue
-            begin, end = info["data_offsets"]
-            tensor = torch.empty(info["shape"], dtype=_DTYPES[info["dtype"]])
-            view = tensor.view(-1).view(torch.uint8).numpy() if tensor.numel() else memoryview(b"")
-            f.seek(data_start + begin)
-            if f.readinto(view) != end - begin:
-                raise ValueError(f"{name}: truncated")
-            state[name] = tensor
-    return state, aliases
+    dtype, shape = _DTYPES[info["dtype"]], info["shape"]
+    if data_start + end > file_size or end < begin:
+        raise ValueError(f"tensor data past the end of the file ({data_start + end} > {file_size} bytes)")
+    if end == begin:
+        return torch.empty(shape, dtype=dtype)
+    start = data_start + begin
+    page_start = start - start % PAGE  # a cache from this version is aligned; this keeps any other mappable
+    mapping = mmap.mmap(f.fileno(), data_start + end - page_start, access=mmap.ACCESS_COPY, offset=page_start)
+    count = (end - begin) // dtype.itemsize
+    return torch.frombuffer(mapping, dtype=dtype, count=count, offset=start - page_start).view(shape)
 
 
 def _read_header(f) -> tuple[dict, dict[str, str], int]:
@@ -128,17 +121,45 @@ def store_state(cache_file: Path, model: nn.Module) -> bool:
             aliases[name] = first_name[key]
         else:
             first_name[key] = name
-            tensors[name] = tensor.contiguous()
+            tensors[name] = tensor.detach().contiguous()
     if not directory_accepts_writes(cache_file.parent):
         log.info("weight cache folder %s is not writable; quantizing on every load", cache_file.parent)
         return False
     temporary = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        safetensors.torch.save_file(tensors, str(temporary), metadata={"aliases": json.dumps(aliases)})
+        write_aligned(temporary, tensors, {"aliases": json.dumps(aliases)})
         os.replace(temporary, cache_file)
         return True
-    except OSError as error:
+    except (OSError, ValueError) as error:
         temporary.unlink(missing_ok=True)
         log.info("cannot write weight cache %s (%s); quantizing on every load", cache_file, error)
         return False
+
+
+def write_aligned(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    """A safetensors file whose tensors each start on a page of the file."""
+    entries: dict[str, dict] = {}
+    cursor = 0
+    for name, tensor in tensors.items():
+        gap = -cursor % PAGE
+        if gap:
+            entries[f"{_PADDING}{len(entries)}"] = {"dtype": "U8", "shape": [gap], "data_offsets": [cursor, cursor + gap]}
+            cursor += gap
+        if tensor.dtype not in _NAMES:
+            raise ValueError(f"{name}: no cache format for {tensor.dtype}")
+        nbytes = tensor.numel() * tensor.element_size()
+        entries[name] = {"dtype": _NAMES[tensor.dtype], "shape": list(tensor.shape),
+                         "data_offsets": [cursor, cursor + nbytes]}
+        cursor += nbytes
+    header = json.dumps({"__metadata__": metadata, **entries}, separators=(",", ":")).encode()
+    header += b" " * (-(8 + len(header)) % PAGE)  # the data starts on a page too
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:  # the model's weights: owner only
+        f.write(struct.pack("<Q", len(header)))
+        f.write(header)
+        for name, info in entries.items():
+            begin, end = info["data_offsets"]
+            if name.startswith(_PADDING):
+                f.write(bytes(end - begin))
+            elif end > begin:
+                f.write(tensors[name].reshape(-1).view(torch.uint8).numpy().data)

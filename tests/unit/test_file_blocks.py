@@ -15,6 +15,7 @@ from inferd.arch import build_model
 from inferd.arch.file_blocks import FORMATS, HEAD_DENSE_FROM, LAYER_DENSE_FROM, use_file_blocks
 from inferd.arch.quantize import uses_file_blocks
 from inferd.arch.gguf_linear import GGUFLinear
+from inferd.kernels import gguf_gemv
 from inferd.models.config import ModelConfig
 from inferd.models.gguf import gguf_block_formats, iter_gguf_blocks, iter_gguf_tensors, read_gguf_config
 
@@ -36,12 +37,12 @@ def written(tmp_path, arch: str):
     return path
 
 
-def loaded(path, blocks: bool) -> nn.Module:
+def loaded(path, blocks: bool, dtype: torch.dtype = torch.bfloat16) -> nn.Module:
     net = build_model(ModelConfig.from_hf(read_gguf_config(path)))
-    net.load_weights(iter_gguf_tensors(path, torch.bfloat16), torch.bfloat16, torch.device("cpu"))
+    net.load_weights(iter_gguf_tensors(path, dtype), dtype, torch.device("cpu"))
     if blocks:
         raws = {name: raw for name, _, raw in iter_gguf_blocks(path, FORMATS)}
-        use_file_blocks(net, gguf_block_formats(path, FORMATS), raws, torch.bfloat16)
+        use_file_blocks(net, gguf_block_formats(path, FORMATS), raws, dtype)
     return net
 
 
@@ -108,9 +109,34 @@ def test_gguf_files_default_to_their_own_blocks_and_other_models_to_bf16(tmp_pat
     cpu = torch.device("cpu")
     assert uses_file_blocks("auto", path, torch.bfloat16, cpu)
     assert not uses_file_blocks("auto", tiny_model_dir, torch.bfloat16, cpu)  # safetensors
-    assert not uses_file_blocks("auto", path, torch.float32, cpu)
+    assert uses_file_blocks("auto", path, torch.float32, cpu)  # a CPU without native bf16
+    assert not uses_file_blocks("auto", path, torch.float16, cpu)
     assert not uses_file_blocks("bf16", path, torch.bfloat16, cpu)
     with pytest.raises(ValueError, match="--weights gguf cannot be used: the model is not a GGUF file"):
         uses_file_blocks("gguf", tiny_model_dir, torch.bfloat16, cpu)
-    with pytest.raises(ValueError, match="it computes with bf16 activations, not --dtype float32"):
-        uses_file_blocks("gguf", path, torch.float32, cpu)
+    with pytest.raises(ValueError, match="it computes with bf16 or float32 activations, not --dtype float16"):
+        uses_file_blocks("gguf", path, torch.float16, cpu)
+
+
+def test_float32_layers_compute_the_files_values_and_the_head_keeps_no_dense_copy(tmp_path):
+    """Where the engine computes in float32 (no native bf16), decode rows still
+    read the file's blocks, from float32 activations; many rows use the dense
+    float32 weights; the head, whose dense copy would be the whole embedding
+    in float32, computes every row from its blocks."""
+    path = written(tmp_path, "gemma3")
+    dense = {name: tensor.double() for name, tensor in iter_gguf_tensors(path, torch.float32)}
+    net, plain = loaded(path, blocks=True, dtype=torch.float32), loaded(path, blocks=False, dtype=torch.float32)
+    layer = net.layers[0].self_attn.o_proj
+    assert isinstance(layer, GGUFLinear) and layer.dense.dtype == torch.float32
+    assert net.fast_head.dense is None and net.fast_head.kernel_out_dtype == torch.float32
+    x = torch.randn(3, layer.in_features, generator=torch.Generator().manual_seed(1))
+    weight = dense["model.layers.0.self_attn.o_proj.weight"]
+    got = layer(x)
+    assert got.dtype == torch.float32
+    assert torch.all((got.double() - quantized(x) @ weight.T).abs() <= quantized(x).abs() @ weight.abs().T * 1e-5 + 1e-6)
+    many = torch.randn(gguf_gemv.MAX_ROWS + 1, layer.in_features)
+    assert torch.equal(layer(many), plain.layers[0].self_attn.o_proj(many))
+    rows = torch.randn(12, net.fast_head.in_features, generator=torch.Generator().manual_seed(2))
+    head = dense["model.embed_tokens.weight"]
+    assert torch.all((net.fast_head(rows).double() - quantized(rows) @ head.T).abs()
+                     <= quantized(rows).abs() @ head.abs().T * 1e-5 + 1e-6)

@@ -94,6 +94,23 @@ def test_bias_and_bf16_output_round_once(build):
     torch.testing.assert_close(as_float - without, bias.float().expand(2, 32), rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("block_format", ["Q4_K", "Q5_0", "Q6_K"])
+def test_float32_activations_and_bias_quantize_from_float32(build, block_format):
+    """Where the engine computes in float32 (a CPU without native bf16), the
+    activations are quantized from their float32 values, not a bf16 rounding."""
+    _, lib = build
+    raw, dense = file_rows(block_format, 24, 256, seed=10)
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(11), dtype=torch.float32)
+    bias = torch.linspace(-2, 2, 24)
+    got = gguf_gemv.matmul(x, gguf_gemv.Parts([(block_format, torch.from_numpy(raw))], 256), bias=bias,
+                           out_dtype=torch.float32, lib=lib).double().numpy()
+    xq = quantized_activations(x)
+    bound = np.abs(xq) @ np.abs(dense).T * 2e-6 + 1e-6
+    assert np.all(np.abs(got - (xq @ dense.T + bias.double().numpy())) <= bound)
+    rounded = quantized_activations(x.to(torch.bfloat16)) @ dense.T + bias.double().numpy()
+    assert not np.allclose(got, rounded, rtol=0, atol=1e-7)  # a bf16 rounding first would give these
+
+
 def test_every_build_gives_the_same_products_up_to_summation_order():
     k = 256
     raw, dense = file_rows("Q4_K", 24, k, seed=4)
@@ -112,8 +129,10 @@ def test_shapes_and_dtypes_the_kernel_cannot_take_are_refused():
     with pytest.raises(ValueError, match="does not take 128 inputs"):
         gguf_gemv.Parts([("Q4_K", torch.from_numpy(raw))], 128)
     parts = gguf_gemv.Parts([("Q4_K", torch.from_numpy(raw))], 256)
-    with pytest.raises(TypeError, match="bf16 activations"):
-        gguf_gemv.matmul(torch.zeros(1, 256), parts)
+    with pytest.raises(TypeError, match="bf16 or float32 activations"):
+        gguf_gemv.matmul(torch.zeros(1, 256, dtype=torch.float16), parts)
+    with pytest.raises(TypeError, match="bias must be contiguous torch.float32"):
+        gguf_gemv.matmul(torch.zeros(1, 256), parts, bias=torch.zeros(16, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="take 256 inputs, not 128"):
         gguf_gemv.matmul(torch.zeros(1, 128, dtype=torch.bfloat16), parts)
     assert not gguf_gemv.supports("Q2_K", 256) and not gguf_gemv.supports("Q4_K", 96)

@@ -1,0 +1,100 @@
+"""Warm start: `inferd serve` with the bundled model, process start to
+/health 200, with the weight and tokenizer caches already written.
+
+    python benchmarks/startup.py [--rounds 5] [--baseline /path/to/other/tree] [-- serve options]
+
+With `--baseline`, each round starts the server from this tree and from the
+other one (a `git worktree` of an older commit), alternating which goes
+first, so a loaded host slows both alike; the ratio of the medians is the
+figure to compare. One unmeasured start per tree first writes its caches.
+Prints the host's load beside the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+HERE = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_to_health(tree: Path, serve_args: list[str], timeout: float = 300) -> tuple[float, str]:
+    """Seconds from process start to /health 200, and the server's line saying how long the load took."""
+    port = free_port()
+    argv = [sys.executable, "-m", "inferd.cli", "serve", "--port", str(port), *serve_args]
+    with tempfile.TemporaryFile("w+") as log:
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=tree, stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONPATH": str(tree)})
+        try:
+            while time.perf_counter() - started < timeout:
+                if proc.poll() is not None:
+                    log.seek(0)
+                    raise RuntimeError(f"the server in {tree} exited: {log.read()[-2000:]}")
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                        elapsed = time.perf_counter() - started
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.01)
+            else:
+                raise RuntimeError(f"the server in {tree} was not healthy after {timeout} s")
+        finally:
+            proc.terminate()
+            proc.wait()
+        log.seek(0)
+        loaded = next((line.strip() for line in log if " loaded " in line), "")
+    return elapsed, loaded[loaded.find(" in ") + 4:].split(";")[0] if loaded else "?"
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--baseline", type=Path, help="another inferd tree to start side by side")
+    parser.add_argument("serve_args", nargs="*", help="options for inferd serve (after --)")
+    args = parser.parse_args()
+    serve_args = args.serve_args or ["--threads", "2", "--parallel", "8", "--ctx-size", "2048"]
+    trees = {"this tree": HERE}
+    if args.baseline:
+        trees["baseline"] = args.baseline.resolve()
+    for name, tree in trees.items():  # caches written, pages warm
+        start_to_health(tree, serve_args)
+    times: dict[str, list[float]] = {name: [] for name in trees}
+    for r in range(args.rounds):
+        order = list(trees) if r % 2 == 0 else list(reversed(trees))
+        for name in order:
+            seconds, load = start_to_health(trees[name], serve_args)
+            times[name].append(seconds)
+            print(f"round {r + 1} {name:<10} {seconds:6.2f} s to /health (model load {load}), "
+                  f"load average {load_average()}", flush=True)
+    print()
+    for name, values in times.items():
+        print(f"{name:<10} median {statistics.median(values):.2f} s, best {min(values):.2f} s over {len(values)} starts")
+    if args.baseline:
+        ratios = [a / b for a, b in zip(times["this tree"], times["baseline"])]
+        print(f"this tree / baseline: median of medians {statistics.median(times['this tree']) / statistics.median(times['baseline']):.2f}, "
+              f"per round {', '.join(f'{r:.2f}' for r in ratios)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""`--dtype auto`: bf16 where the CPU computes it natively, float32 where
+torch would only emulate it (an AVX2 CPU), and the choice is logged."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from inferd.kernels import isa
+from inferd.models.loader import resolve_dtype
+
+SAPPHIRE_RAPIDS = frozenset({"avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512vl", "avx512_bf16",
+                             "amx_bf16", "amx_tile"})
+COOPER_LAKE = frozenset({"avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512vl", "avx512_bf16"})
+SKYLAKE_SERVER = frozenset({"avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512vl"})
+ZEN3 = frozenset({"avx2", "fma", "f16c", "bmi2"})
+
+
+@pytest.fixture
+def cpu(monkeypatch):
+    """Pretend to be an x86 CPU with the given flags."""
+    def pretend(flags: frozenset[str], build: str = "") -> None:
+        monkeypatch.setattr(isa, "cpu_flags", lambda: flags)
+        monkeypatch.setattr(isa.platform, "machine", lambda: "x86_64")
+        monkeypatch.setenv("INFERD_ISA", build)
+    return pretend
+
+
+@pytest.mark.parametrize(("flags", "want"), [(SAPPHIRE_RAPIDS, torch.bfloat16), (COOPER_LAKE, torch.bfloat16),
+                                             (SKYLAKE_SERVER, torch.float32), (ZEN3, torch.float32)])
+def test_auto_follows_the_cpus_bf16(cpu, caplog, flags, want):
+    cpu(flags)
+    with caplog.at_level(logging.INFO, logger="inferd.models.loader"):
+        assert resolve_dtype("auto", torch.device("cpu")) == want
+    assert f"--dtype auto: {str(want).removeprefix('torch.')}" in caplog.text
+    if want == torch.float32:
+        assert "this CPU has no native bf16" in caplog.text
+
+
+def test_a_lower_build_stands_for_the_cpus_it_is_built_for(cpu, caplog):
+    cpu(SAPPHIRE_RAPIDS, "avx2")
+    with caplog.at_level(logging.INFO, logger="inferd.models.loader"):
+        assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert "INFERD_ISA=avx2 stands for CPUs without native bf16" in caplog.text
+    cpu(SAPPHIRE_RAPIDS, "avx512")  # the CPU's own build
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.bfloat16
+
+
+def test_arm_with_bf16_and_without(monkeypatch):
+    monkeypatch.setattr(isa.platform, "machine", lambda: "aarch64")
+    monkeypatch.delenv("INFERD_ISA", raising=False)
+    assert isa.native_bf16(frozenset({"fp", "asimd", "sve", "bf16"}))
+    assert not isa.native_bf16(frozenset({"fp", "asimd"}))
+
+
+def test_accelerators_and_named_dtypes_are_not_second_guessed(cpu):
+    cpu(ZEN3)
+    assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
+    assert resolve_dtype("bf16", torch.device("cpu")) == torch.bfloat16
+    assert resolve_dtype("float32") == torch.float32
+    with pytest.raises(ValueError, match="--dtype 'int3' is not one of: auto, bfloat16"):
+        resolve_dtype("int3")
