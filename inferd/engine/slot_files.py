@@ -129,6 +129,10 @@ def _rows(blocks: list[int], block_size: int, device: torch.device) -> torch.Ten
 
 # -- on the engine thread ----------------------------------------------------------------------
 
+def slot_busy(engine: Engine, slot: int) -> bool:
+    return any(req.slot == slot for req in engine.scheduler.running)
+
+
 def snapshot(engine: Engine, slot: int) -> SlotCache:
     """A copy of the slot's cache, to be written off the engine thread."""
     blocks, token_ids, root = _cached_blocks(engine, slot)

@@ -13,6 +13,7 @@ from inferd.engine.kv_cache import BlockPool
 from inferd.engine.slot_files import SlotCache, SlotFileError, read_file, write_file
 from inferd.http.errors import BadRequest
 from inferd.models.loader import load_model
+from polling import async_wait_for
 from served import client, served, small_config
 
 BLOCK = 4
@@ -84,6 +85,28 @@ def test_save_erase_restore_gives_the_cache_back(server, folder):
     # The restored slot saves what it holds, without a request run in it.
     again = action(app, 1, "save", {"filename": "two.slot"}).json()
     assert again["n_saved"] == n_saved
+
+
+def test_an_action_on_a_busy_slot_waits_for_its_request_to_end(server):
+    """As llama-server defers it: the save sees the whole finished sequence."""
+    async def steps(c):
+        request = {**GREEDY, "prompt": "busy slot", "n_predict": 30}
+        generation = asyncio.create_task(c.post("/completion", json=request))
+
+        async def running():  # a tuple, so that slot 0 counts as found
+            if generation.done():
+                return (-1,)
+            slots = (await c.get("/slots")).json()
+            return next(((s["id"],) for s in slots if s["is_processing"]), None)
+
+        [slot] = await async_wait_for(running, timeout=60)
+        saved = await c.post(f"/slots/{slot}?action=save", json={"filename": "busy.slot"})
+        return slot, (await generation).json(), saved.json()
+
+    slot, answer, saved = run(server.app, steps)
+    assert slot != -1, "the generation ended before a busy slot was seen"
+    # All of it: the save ran once the request had ended, not part-way through.
+    assert saved["n_saved"] == (answer["tokens_evaluated"] + 30 - 1) // BLOCK * BLOCK
 
 
 def test_a_slot_that_ran_nothing_saves_an_empty_file(server):

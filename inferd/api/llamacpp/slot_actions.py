@@ -1,6 +1,8 @@
 """POST /slots/{id}?action=save|restore|erase, in llama-server's shapes. The
 work is `engine/slot_files.py`'s: the pool on the engine thread, the file on a
-worker thread. Files live directly under --slot-save-path, named by the body."""
+worker thread. Files live directly under --slot-save-path, named by the body.
+As in llama-server, an action on a slot that is running a request waits until
+that request ends."""
 
 from __future__ import annotations
 
@@ -9,18 +11,12 @@ import time
 from pathlib import Path
 
 from inferd.engine.async_engine import AsyncEngine
-from inferd.engine.slot_files import (
-    SlotFileError,
-    erase,
-    install,
-    read_file,
-    snapshot,
-    write_file,
-)
+from inferd.engine.slot_files import SlotFileError, erase, install, read_file, slot_busy, snapshot, write_file
 from inferd.http.errors import APIError, BadRequest
 from inferd.serving.state import ServerState
 
 ACTIONS = ("save", "restore", "erase")
+IDLE_POLL_SECONDS = 0.02
 _NOT_IN_NAMES = set('/\\:*?"<>|')
 MAX_NAME_BYTES = 255
 
@@ -65,7 +61,7 @@ async def slot_action(state: ServerState, slot_id: int, action: str | None, body
         raise BadRequest(f"Invalid slot ID {slot_id}: this server has slots 0 to {slots - 1} (--parallel {slots})",
                          param="id_slot")
     if action == "erase":
-        return {"id_slot": slot_id, "n_erased": await engine.call(lambda e: erase(e, slot_id))}
+        return {"id_slot": slot_id, "n_erased": await _when_idle(engine, slot_id, erase)}
     filename = checked_filename((body or {}).get("filename"))
     path = Path(state.config.slot_save_path) / filename
     started = time.perf_counter()
@@ -74,8 +70,18 @@ async def slot_action(state: ServerState, slot_id: int, action: str | None, body
     return await _restore(engine, slot_id, filename, path, started)
 
 
+async def _when_idle(engine: AsyncEngine, slot: int, work):
+    """`work(engine, slot)` on the engine thread, once no request runs in `slot`: checked and
+    done in one call, so no request can take the slot in between."""
+    while True:
+        idle, result = await engine.call(lambda e: (False, None) if slot_busy(e, slot) else (True, work(e, slot)))
+        if idle:
+            return result
+        await asyncio.sleep(IDLE_POLL_SECONDS)
+
+
 async def _save(engine: AsyncEngine, slot: int, filename: str, path: Path, started: float) -> dict:
-    cache = await engine.call(lambda e: snapshot(e, slot))
+    cache = await _when_idle(engine, slot, snapshot)
     try:
         written = await asyncio.to_thread(write_file, path, cache)
     except OSError as error:
@@ -87,7 +93,7 @@ async def _save(engine: AsyncEngine, slot: int, filename: str, path: Path, start
 async def _restore(engine: AsyncEngine, slot: int, filename: str, path: Path, started: float) -> dict:
     try:
         cache, read = await asyncio.to_thread(read_file, path)
-        restored = await engine.call(lambda e: install(e, slot, cache))
+        restored = await _when_idle(engine, slot, lambda e, s: install(e, s, cache))
     except SlotFileError as error:
         raise BadRequest(str(error), param="filename") from None
     return {"id_slot": slot, "filename": filename, "n_restored": restored, "n_read": read,
