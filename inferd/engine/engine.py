@@ -323,6 +323,7 @@ class Engine:
             prefix_cache_queries=s.queries, prefix_cache_hits=s.hits,
             prompt_tokens_total=c["prompt"], tokens_computed_total=c["computed"],
             generation_tokens_total=c["generated"], preemptions=self.scheduler.num_preemptions, steps=c["steps"],
+            draft_tokens=self.speculator.drafted_total, accepted_draft_tokens=self.speculator.accepted_total,
             slots=[
                 SlotState(r.slot, r.request_id, r.num_prompt_tokens, len(r.output_token_ids), r.num_computed_tokens,
                           r.num_cached_tokens, r.params.max_tokens, r.priority.name.lower())

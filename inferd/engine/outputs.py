@@ -101,6 +101,12 @@ class EngineStats:
     preemptions: int
     steps: int
     slots: list[SlotState] = field(default_factory=list)
+    draft_tokens: int = 0  # speculative draft tokens verified (--speculative)
+    accepted_draft_tokens: int = 0  # of those, the ones the sampler agreed with
+
+    @property
+    def draft_acceptance_rate(self) -> float:
+        return self.accepted_draft_tokens / self.draft_tokens if self.draft_tokens else 0.0
 
     @property
     def prefix_cache_hit_rate(self) -> float:

@@ -46,6 +46,14 @@ class EngineStatsCollector(Collector):
                                   value=stats.prefix_cache_queries)
         yield CounterMetricFamily("inferd_prefix_cache_hits", "prompt blocks found in the prefix cache",
                                   value=stats.prefix_cache_hits)
+        yield CounterMetricFamily("inferd_speculative_draft_tokens",
+                                  "draft tokens verified by speculative decoding (--speculative)",
+                                  value=stats.draft_tokens)
+        yield CounterMetricFamily("inferd_speculative_accepted_tokens",
+                                  "draft tokens the sampler agreed with, so kept", value=stats.accepted_draft_tokens)
+        yield GaugeMetricFamily("inferd_speculative_acceptance_rate",
+                                "draft tokens kept, of those verified since start (0 before any)",
+                                value=stats.draft_acceptance_rate)
         yield CounterMetricFamily("inferd_preemptions", "running requests preempted to free KV-cache blocks",
                                   value=stats.preemptions)
 

@@ -95,6 +95,21 @@ def test_two_completions_are_counted_exactly(server):
     assert got[("inferd_preemptions_total", ())] == 0
 
 
+def test_speculative_drafts_are_counted(loaded):
+    repeating = {"prompt": "one two three four " * 6, "max_tokens": 12, "temperature": 0, "ignore_eos": True}
+    with served(loaded, small_config(metrics=True, speculative="ngram")) as server:
+        before, completion, after = run(server, [
+            ("GET", "/metrics", {}), ("POST", "/v1/completions", {"json": repeating}), ("GET", "/metrics", {})])
+        stats = server.state.engine.stats()
+    assert completion.status_code == 200
+    assert samples(before.text)[("inferd_speculative_draft_tokens_total", ())] == 0
+    assert samples(before.text)[("inferd_speculative_acceptance_rate", ())] == 0
+    got = samples(after.text)
+    assert got[("inferd_speculative_draft_tokens_total", ())] == stats.draft_tokens > 0
+    assert got[("inferd_speculative_accepted_tokens_total", ())] == stats.accepted_draft_tokens <= stats.draft_tokens
+    assert got[("inferd_speculative_acceptance_rate", ())] == stats.accepted_draft_tokens / stats.draft_tokens
+
+
 def test_routes_are_labelled_by_template_not_by_url(server):
     *_, scrape = run(server, [
         ("GET", "/v1/models", {}),
