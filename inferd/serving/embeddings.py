@@ -1,7 +1,8 @@
 """What every dialect's embedding route shares: pick the model, tokenize off
 the event loop, hold each input to the model's limit (truncated when the
 request asks, refused with the numbers otherwise), run the inputs through
-the model's batcher, and cut vectors to `dimensions`."""
+the model's batcher, and cut vectors to `dimensions`. A client that leaves
+while its inputs wait takes them out of the batcher's queue."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from starlette.requests import Request
 
 from inferd.engine.embedding.model import PooledInput, PooledModel
 from inferd.engine.errors import EngineDeadError, QueueFullError
 from inferd.http.errors import BadRequest
 from inferd.models.encoder_tokenizer import truncated
 from inferd.serving.admission import admit_inputs
-from inferd.serving.generation import engine_unavailable
+from inferd.serving.generation import engine_unavailable, unless_disconnected
 from inferd.serving.served_models import EMBED
 from inferd.serving.tokens import off_loop
 
@@ -31,8 +33,10 @@ class Embeddings:
 
 
 async def embed(state, requested: str | None, inputs: Sequence[EmbedInput], *, truncate: bool = False,
-                dimensions: int | None = None, per_token: bool = False, param: str = "input") -> Embeddings:
-    """`per_token`: the caller accepts a model that pools nothing (--pooling none)."""
+                dimensions: int | None = None, per_token: bool = False, param: str = "input",
+                raw: Request | None = None) -> Embeddings:
+    """`per_token`: the caller accepts a model that pools nothing (--pooling none);
+    `raw`: the connection to watch (a client that leaves is `ClientDisconnected`)."""
     served = state.served.pick(requested, EMBED)
     pooled = served.pooled
     if pooled.pooling == "none" and not per_token:
@@ -45,7 +49,7 @@ async def embed(state, requested: str | None, inputs: Sequence[EmbedInput], *, t
     if not inputs:
         raise BadRequest(f"{param} is empty; send at least one text", param=param)
     ids = await off_loop(tokenize_inputs, pooled, inputs, truncate, param)
-    outputs = await run_pooled(pooled, [PooledInput(i) for i in ids])
+    outputs = await run_pooled(pooled, [PooledInput(i) for i in ids], raw)
     vectors = [cut(v, dimensions, pooled.normalized) for v in outputs]
     return Embeddings(served.name, vectors, sum(map(len, ids)))
 
@@ -78,10 +82,13 @@ def within_limit(pooled: PooledModel, ids: list[int], truncate: bool, where: str
                      code="context_length_exceeded")
 
 
-async def run_pooled(pooled: PooledModel, inputs: list[PooledInput]) -> list:
+async def run_pooled(pooled: PooledModel, inputs: list[PooledInput], raw: Request | None = None) -> list:
+    """The inputs' results; with `raw`, unless its client leaves first: then
+    what of them is not computing yet leaves the queue, and `ClientDisconnected`."""
     await admit_inputs(pooled.name, sum(map(len, inputs)))
     try:
-        return await pooled.batcher.submit(inputs)
+        work = pooled.batcher.submit(inputs)
+        return await (work if raw is None else unless_disconnected(raw, work))
     except (QueueFullError, EngineDeadError) as error:
         raise engine_unavailable(error) from None
 

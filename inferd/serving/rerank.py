@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+from starlette.requests import Request
 
 from inferd.engine.embedding.model import PooledInput, PooledModel
 from inferd.http.errors import BadRequest
@@ -33,21 +34,22 @@ class Ranking:
 
 
 async def rerank(state, requested: str | None, query: str, documents: Sequence[str], *,
-                 truncate: bool = True) -> Ranking:
+                 truncate: bool = True, raw: Request | None = None) -> Ranking:
+    """`raw`: the connection to watch (a client that leaves is `ClientDisconnected`)."""
     served = state.served.pick(requested, RERANK, EMBED)
     if not documents:
         raise BadRequest("documents is empty; send at least one document to rank", param="documents")
     pooled = served.pooled
     if pooled.kind == "rerank":
         pairs = await off_loop(_pairs, pooled, query, documents, truncate)
-        scores = await run_pooled(pooled, [PooledInput(ids, types) for ids, types in pairs])
+        scores = await run_pooled(pooled, [PooledInput(ids, types) for ids, types in pairs], raw)
         return Ranking(served.name, "cross-encoder", [float(s) for s in scores], sum(len(ids) for ids, _ in pairs))
     if pooled.pooling == "none":
         raise BadRequest(f"model {served.name!r} is served with --pooling none and has no vector to compare; "
                          "serve it with --pooling mean, cls or last", param="model", code="model_not_supported")
     ids = await off_loop(tokenize_inputs, pooled, [query], truncate, "query")
     ids += await off_loop(tokenize_inputs, pooled, documents, truncate, "documents")
-    vectors = np.stack(await run_pooled(pooled, [PooledInput(i) for i in ids]))
+    vectors = np.stack(await run_pooled(pooled, [PooledInput(i) for i in ids], raw))
     vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     return Ranking(served.name, "cosine", (vectors[1:] @ vectors[0]).tolist(), sum(map(len, ids)))
 

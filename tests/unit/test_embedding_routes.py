@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from inferd.server.app import build_app
 from inferd.server.assemble import attach_model, new_state
 from inferd.server.pooled_models import load_encoder_model
 
+from polling import async_wait_for
 from served import client, small_config
 from tiny_encoders import minilm_folder, tiny_encoder, write_tiny_encoder
 
@@ -207,3 +209,76 @@ def test_pooling_none_answers_per_token_vectors_at_embedding_only(tmp_path):
 async def _get(app, path):
     async with client(app) as c:
         return await c.get(path)
+
+
+# (path, body, model, kind) of each embedding and rerank route.
+LEAVING = {
+    "openai": ("/v1/embeddings", {"model": MINILM, "input": ["one", "two"]}, MINILM, "embed"),
+    "ollama-embed": ("/api/embed", {"model": MINILM, "input": "one"}, MINILM, "embed"),
+    "ollama-embeddings": ("/api/embeddings", {"model": MINILM, "prompt": "one"}, MINILM, "embed"),
+    "llama-server-embedding": ("/embedding", {"model": MINILM, "content": "one"}, MINILM, "embed"),
+    "rerank-cross-encoder": ("/v1/rerank", {"model": "tiny-cross-encoder0", "query": QUERY, "documents": DOCUMENTS},
+                             "tiny-cross-encoder0", "rerank"),
+    "rerank-cosine": ("/rerank", {"model": MINILM, "query": QUERY, "documents": DOCUMENTS}, MINILM, "embed"),
+}
+
+
+@pytest.mark.parametrize("route", list(LEAVING))
+def test_a_client_that_leaves_takes_its_queued_inputs_with_it(app, route):
+    """While a staying client's batch computes, a second request queues and
+    its client disconnects: its handler ends at once (499, which goes nowhere),
+    its inputs leave the queue and are never computed; the first is answered."""
+    path, body, model, kind = LEAVING[route]
+    pooled = app.state.inferd.served.pick(model, kind).pooled
+    batcher, run = pooled.batcher, pooled.batcher.run
+    computed: list[int] = []  # inputs of each batch the forward ran
+    release = asyncio.Event()
+
+    async def held(batch):
+        computed.append(len(batch))
+        await release.wait()
+        return await run(batch)
+
+    async def scenario():
+        raw = json.dumps(body).encode()
+        queued_when_left: list[int] = []
+        sent: list[dict] = []
+        given = False
+
+        async def receive():
+            nonlocal given
+            if not given:
+                given = True
+                return {"type": "http.request", "body": raw, "more_body": False}
+            queued_when_left.append(batcher.waiting)  # asked again only once it watches the connection
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+
+        async with client(app) as c:
+            staying = asyncio.create_task(c.post(path, json=body))
+            assert await async_wait_for(lambda: computed, timeout=30)
+            await asyncio.wait_for(app(_scope(path, raw), receive, send), timeout=10)
+            left = batcher.waiting
+            release.set()
+            answer = await staying
+        return answer, sent, queued_when_left, left
+
+    batcher.run = held
+    try:
+        answer, sent, queued_when_left, left = asyncio.run(scenario())
+    finally:
+        batcher.run = run
+    assert answer.status_code == 200
+    assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [499]
+    assert queued_when_left == [1] and left == 0
+    assert len(computed) == 1  # the staying request's batch only
+
+
+def _scope(path: str, body: bytes) -> dict:
+    return {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+            "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+            "root_path": "", "client": ("127.0.0.1", 50000), "server": ("inferd", 80),
+            "headers": [(b"host", b"inferd"), (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode())]}

@@ -6,6 +6,7 @@ of vectors: one pooled vector, or one per token under --pooling none."""
 from __future__ import annotations
 
 from pydantic import model_validator
+from starlette.requests import Request
 
 from inferd.http.wire import WireModel
 from inferd.serving.embeddings import embed
@@ -34,8 +35,8 @@ class EmbeddingRequest(WireModel):
         return list(value)
 
 
-async def create_embedding(state, req: EmbeddingRequest) -> list[dict]:
+async def create_embedding(state, req: EmbeddingRequest, raw: Request | None = None) -> list[dict]:
     result = await embed(state, req.model, req.inputs(), truncate=req.truncate, per_token=True,
-                         param="content" if req.content is not None else "input")
+                         param="content" if req.content is not None else "input", raw=raw)
     return [{"index": i, "embedding": v.tolist() if v.ndim == 2 else [v.tolist()]}
             for i, v in enumerate(result.vectors)]

@@ -6,6 +6,7 @@ scores were made: a cross-encoder, or the cosine similarity of embeddings."""
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
+from starlette.requests import Request
 
 from inferd.http.wire import WireModel
 from inferd.serving.rerank import rerank
@@ -28,9 +29,9 @@ class RerankRequest(WireModel):
         return [d if isinstance(d, str) else d.text for d in self.documents]
 
 
-async def create_rerank(state, req: RerankRequest) -> dict:
+async def create_rerank(state, req: RerankRequest, raw: Request | None = None) -> dict:
     texts = req.texts()
-    ranking = await rerank(state, req.model, req.query, texts, truncate=req.truncate)
+    ranking = await rerank(state, req.model, req.query, texts, truncate=req.truncate, raw=raw)
     results = []
     for index, score in ranking.ranked(req.top_n):
         result = {"index": index, "relevance_score": score}

@@ -67,13 +67,13 @@ async def props_route(state: ServerState = Depends(get_state)):
 
 @router.post("/embedding")
 @router.post("/embeddings")
-async def embedding(body: EmbeddingRequest, state: ServerState = Depends(get_state)):
-    return await create_embedding(state, body)
+async def embedding(body: EmbeddingRequest, raw: Request, state: ServerState = Depends(get_state)):
+    return await create_embedding(state, body, raw)
 
 
 @router.post("/v1/rerank")
 @router.post("/v1/reranking", include_in_schema=False)
 @router.post("/rerank", include_in_schema=False)
 @router.post("/reranking", include_in_schema=False)
-async def rerank_route(body: RerankRequest, state: ServerState = Depends(get_state)):
-    return await create_rerank(state, body)
+async def rerank_route(body: RerankRequest, raw: Request, state: ServerState = Depends(get_state)):
+    return await create_rerank(state, body, raw)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from pydantic import Field
+from starlette.requests import Request
 
 from inferd.api.ollama.protocol import OllamaModel
 from inferd.serving.embeddings import embed
@@ -29,10 +30,10 @@ class EmbeddingsRequest(OllamaModel):
     options: dict | None = None
 
 
-async def create_embed(state, req: EmbedRequest) -> dict:
+async def create_embed(state, req: EmbedRequest, raw: Request | None = None) -> dict:
     started = time.monotonic_ns()
     inputs = [req.input] if isinstance(req.input, str) else req.input
-    result = await embed(state, req.model, inputs, truncate=req.truncate, dimensions=req.dimensions)
+    result = await embed(state, req.model, inputs, truncate=req.truncate, dimensions=req.dimensions, raw=raw)
     return {
         "model": req.model,
         "embeddings": [v.tolist() for v in result.vectors],
@@ -42,9 +43,9 @@ async def create_embed(state, req: EmbedRequest) -> dict:
     }
 
 
-async def create_embeddings(state, req: EmbeddingsRequest) -> dict:
+async def create_embeddings(state, req: EmbeddingsRequest, raw: Request | None = None) -> dict:
     if not req.prompt:  # as Ollama answers an empty prompt
         state.served.pick(req.model, EMBED)
         return {"embedding": []}
-    result = await embed(state, req.model, [req.prompt], truncate=True, param="prompt")
+    result = await embed(state, req.model, [req.prompt], truncate=True, param="prompt", raw=raw)
     return {"embedding": result.vectors[0].tolist()}

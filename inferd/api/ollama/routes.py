@@ -99,10 +99,10 @@ async def version_route():
 
 
 @router.post("/embed")
-async def embed_route(body: EmbedRequest, state: ServerState = Depends(get_state)):
-    return await create_embed(state, body)
+async def embed_route(body: EmbedRequest, raw: Request, state: ServerState = Depends(get_state)):
+    return await create_embed(state, body, raw)
 
 
 @router.post("/embeddings")
-async def embeddings_route(body: EmbeddingsRequest, state: ServerState = Depends(get_state)):
-    return await create_embeddings(state, body)
+async def embeddings_route(body: EmbeddingsRequest, raw: Request, state: ServerState = Depends(get_state)):
+    return await create_embeddings(state, body, raw)

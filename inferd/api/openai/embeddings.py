@@ -8,6 +8,7 @@ from typing import Literal
 
 import numpy as np
 from pydantic import Field
+from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from inferd.http.wire import WireModel
@@ -38,8 +39,8 @@ def encoded(vector: np.ndarray, encoding_format: str) -> list[float] | str:
     return vector.tolist()
 
 
-async def create_embeddings(state, req: EmbeddingRequest) -> JSONResponse:
-    result = await embed(state, req.model, req.inputs(), truncate=req.truncate, dimensions=req.dimensions)
+async def create_embeddings(state, req: EmbeddingRequest, raw: Request | None = None) -> JSONResponse:
+    result = await embed(state, req.model, req.inputs(), truncate=req.truncate, dimensions=req.dimensions, raw=raw)
     return JSONResponse({
         "object": "list",
         "data": [{"object": "embedding", "index": i, "embedding": encoded(v, req.encoding_format)}

@@ -39,8 +39,8 @@ async def completions(body: CompletionRequest, raw: Request, state: ServerState 
 
 
 @router.post("/v1/embeddings")
-async def embeddings(body: EmbeddingRequest, state: ServerState = Depends(get_state)):
-    return await create_embeddings(state, body)
+async def embeddings(body: EmbeddingRequest, raw: Request, state: ServerState = Depends(get_state)):
+    return await create_embeddings(state, body, raw)
 
 
 @router.get("/v1/models", response_model=ModelList)

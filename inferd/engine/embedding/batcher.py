@@ -71,6 +71,11 @@ class PooledBatcher:
                 job.future.cancel()
             self._drop(job)
 
+    @property
+    def waiting(self) -> int:
+        """Requests with inputs not yet taken into a batch."""
+        return len(self._jobs)
+
     def close(self) -> None:
         """Fail what waits; what is computing finishes."""
         self._closed = True
