@@ -8,9 +8,10 @@ Rows (microseconds per request, p50 / p99 / max, over --requests requests
 spread over the keys; wall time, and this thread's CPU time, which a
 preemption by another process on a shared machine does not inflate):
 - tenants alone: identify (hash + lookup) -> enter (lease, rpm) -> admit
-  (scope, tpm and daily reservation), which is admission, then settle
-  (refund, lease back, ledger), which comes after the answer; with Redis,
-  a bare PING beside them (each step is one round trip);
+  (scope, tpm and daily reservation), which is admission in `inferd serve`;
+  identify -> admit (all of it in one step), which is admission in `inferd
+  router`; settle (refund, lease back, ledger), which comes after the
+  answer; with Redis, a bare PING beside them (each step is one round trip);
 - the door: the same through `http/auth.py`'s ASGI middleware around an app
   that admits and answers at once, side by side with the middleware with no
   keys (auth off) in the same run; the difference is admission's cost.
@@ -53,15 +54,17 @@ def percentiles(samples: list[float]) -> tuple[float, float, float]:
     return (statistics.median(ordered) * 1e6, ordered[int(len(ordered) * 0.99) - 1] * 1e6, ordered[-1] * 1e6)
 
 
-async def tenants_alone(tenants: Tenants, secrets: list[bytes], n: int) -> tuple[list, list]:
-    """(admission: identify, enter, admit; settling), each (wall, CPU) per request."""
+async def tenants_alone(tenants: Tenants, secrets: list[bytes], n: int, *, door: bool = True) -> tuple[list, list]:
+    """(admission: identify, enter, admit, or identify and admit in one step as the router does;
+    settling), each (wall, CPU) per request."""
     rng = random.Random(1)
     admitting, settling = [], []
     for _ in range(n):
         secret = rng.choice(secrets)
         start, cpu = time.perf_counter(), time.thread_time()
-        ticket = Ticket(tenants.identify([secret]))
-        await tenants.enter(ticket)
+        ticket = Ticket(tenants.identify([secret]), generating=True)
+        if door:
+            await tenants.enter(ticket)
         await tenants.admit(ticket, "bench", 300)
         admitted, admitted_cpu = time.perf_counter(), time.thread_time()
         ticket.meters.append(lambda: (100, 50, 0))
@@ -119,12 +122,13 @@ async def main(args) -> None:
     managed = ApiKeyAuth(admitting_app, lambda: tenants, (), respond, generating=lambda p: p == PATH)
     open_door = ApiKeyAuth(admitting_app, lambda: None, (), respond, generating=lambda p: p == PATH)
     await tenants_alone(tenants, secrets, 1000)  # warm-up
-    admitting, settling, pings, keyed, unkeyed = [], [], [], [], []
+    admitting, settling, one_step, pings, keyed, unkeyed = [], [], [], [], [], []
     rounds = 5
     for r in range(rounds):
         a, s = await tenants_alone(tenants, secrets, args.requests // rounds)
         admitting += a
         settling += s
+        one_step += (await tenants_alone(tenants, secrets, args.requests // rounds, door=False))[0]
         if not tenants.limiter.in_memory:
             pings += await round_trips(tenants, args.requests // rounds)
         pair = [(keyed, managed, secrets), (unkeyed, open_door, [])]
@@ -133,7 +137,8 @@ async def main(args) -> None:
     print(f"# {args.keys} keys, {args.requests} requests, storage {args.storage}; "
           f"{platform.processor() or platform.machine()}, ISA {isa.selected()}")
     print(f"{'':34} {'wall p50':>9} {'p99':>8} {'max':>9}   {'CPU p50':>8} {'p99':>8} {'max':>8}   (us)")
-    rows = (("tenants: identify + enter + admit", admitting), ("tenants: settle", settling),
+    rows = (("tenants: identify + enter + admit", admitting), ("tenants: identify + admit (router)", one_step),
+            ("tenants: settle", settling),
             ("tenants: all four", [(a[0] + b[0], a[1] + b[1]) for a, b in zip(admitting, settling)]),
             ("door, managed keys", keyed), ("door, no keys", unkeyed), ("Redis PING (one round trip)", pings))
     for label, samples in rows:

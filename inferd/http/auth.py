@@ -64,13 +64,16 @@ class ApiKeyAuth:
 
     def __init__(self, app, tenants: Callable[[], Tenants | None], open_paths: Iterable[str],
                  respond: ErrorResponder, services: Callable[[], dict] | None = None,
-                 generating: Callable[[str], bool] = lambda path: False):
+                 generating: Callable[[str], bool] = lambda path: False, enter_at_door: bool = True):
         self.app = app
         self.tenants = tenants
         self.open_paths = frozenset(open_paths)
         self.respond = respond
         self.services = services or dict
-        self.generating = generating  # paths whose requests take a lease and count against rpm here
+        self.generating = generating  # paths whose requests are admitted against the key's limits
+        # True: the lease and rpm are taken here, before the body is read; False: together with the
+        # tokens where the route admits the request (one step; every generating route must admit)
+        self.enter_at_door = enter_at_door
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):
@@ -84,7 +87,9 @@ class ApiKeyAuth:
                 ctx.key = tenants.identify(presented_keys(scope["headers"]))
                 ctx.ticket = Ticket(ctx.key)
                 if scope["type"] == "http" and self.generating(scope["path"]):
-                    await tenants.enter(ctx.ticket)
+                    ctx.ticket.generating = True
+                    if self.enter_at_door:
+                        await tenants.enter(ctx.ticket)
             except Refused as refused:
                 if ctx.ticket is not None:
                     tenants.refused(ctx.ticket, refused)

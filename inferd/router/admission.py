@@ -1,9 +1,10 @@
-"""Admission of a forwarded request for the key that sent it. The door
-(`http/auth.py`) has taken the lease and counted the request; here the model
-must be in the key's scopes (403) and its tokens must fit (429). The router
-holds no tokenizer for most policies, so the reservation is an estimate: the
-prompt's characters / 4, plus the request's own token budget when it names
-one. It settles to the usage the worker reports in its answer (OpenAI,
+"""Admission of a forwarded request for the key that sent it, in one step
+once its body is read (the router reads every body anyway, so its door takes
+nothing; one round trip to shared counters): the model must be in the key's
+scopes (403, nothing charged), and the lease, the request and its tokens
+must fit (429). The router holds no tokenizer for most policies, so the
+reservation is an estimate: the prompt's characters / 4, plus the request's
+own token budget when it names one. It settles to the usage the worker reports in its answer (OpenAI,
 Anthropic, Responses, Ollama and llama-server fields, streamed or whole),
 read as the bytes pass. The router asks the worker to end every stream with
 what it counted (an SSE comment, `http/auth.py`), so a stream that reports
@@ -146,7 +147,7 @@ async def admit_forward(endpoint: Endpoint, body: Mapping, model: str | None) ->
     traces = ctx.services.get("traces")
     if traces is not None:  # so /v1/requests through the router shows this request to its key
         traces.note(ctx.trace_id, ctx.key.name if ctx.key is not None else None)
-    if ctx.ticket is None or not ctx.ticket.admitted:  # no keys, or not a generating path
+    if ctx.ticket is None or not ctx.ticket.generating:  # no keys, or not a generating path
         return None
     prompt, budget = prompt_estimate(endpoint, body), budget_of(body)
     try:

@@ -46,7 +46,8 @@ def build_router_app(state: RouterState, *, manage: bool = True) -> FastAPI:
     # Health stays open, as on workers.
     app.add_middleware(ApiKeyAuth, tenants=lambda: state.tenants, open_paths=(*admin_routes.HEALTH_PATHS, *console_paths()),
                        respond=error_response_for_path, generating=is_generating,
-                       services=lambda: {"traces": state.traces})
+                       services=lambda: {"traces": state.traces},
+                       enter_at_door=False)  # forward admits lease, rpm and tokens in one step (router/admission.py)
     add_cors(app, state.config.cors_origin)
     app.include_router(admin_routes.router)
     app.include_router(key_routes.router)

@@ -38,6 +38,7 @@ class Ticket:
     reservation: Reservation | None = None
     meters: list[Meter] = field(default_factory=list)
     failed: bool = False  # ended by an error after its status line went out
+    generating: bool = False  # on a generating path: admitted against the key's limits
     settled: bool = False
 
     @property
@@ -98,18 +99,28 @@ class Tenants:
             ticket.reservation = await self.limiter.enter(ticket.key)
 
     async def admit(self, ticket: Ticket, model: str, tokens: int) -> None:
-        """Where the prompt is known: `model` in scope (403), `tokens` reserved (429)."""
+        """Where the prompt is known: `model` in scope (403, before anything is charged), `tokens`
+        reserved (429); with the lease and the request too when the door did not take them."""
         key = ticket.key
         ticket.model = model
-        if not key.may_use(model):
-            if ticket.reservation is not None:  # the door counted it before the model was known: a 403 costs no rpm
-                await self.limiter.give_back_request(ticket.reservation)
-            raise Refused(403, f"API key {key.name!r} may not use model {model!r}; it may use "
-                               f"{', '.join(map(repr, key.scopes))}", code="model_not_allowed")
-        await self.enter(ticket)
-        if key.limits.daily_tokens and self.limiter.in_memory:
-            await self._count_earlier_today(key)
-        await self.limiter.reserve(ticket.reservation, key, tokens)
+        try:
+            if not key.may_use(model):
+                if ticket.reservation is not None:  # the door counted it before the model was known
+                    await self.limiter.give_back_request(ticket.reservation)
+                raise Refused(403, f"API key {key.name!r} may not use model {model!r}; it may use "
+                                   f"{', '.join(map(repr, key.scopes))}", code="model_not_allowed")
+            if key.limits.daily_tokens and self.limiter.in_memory:
+                await self._count_earlier_today(key)
+            if ticket.reservation is None:
+                ticket.reservation = await self.limiter.acquire(key, tokens)  # one step: lease, rpm and tokens
+            else:
+                await self.limiter.reserve(ticket.reservation, key, tokens)
+        except Refused as refused:
+            if ticket.reservation is None:  # nothing held, so no settling will ledger it
+                self.refused(ticket, refused)
+            else:
+                self._count_refusal(ticket, refused)
+            raise
 
     async def _count_earlier_today(self, key) -> None:
         """Counters in memory start at zero with the process: a key's first request of the day here
@@ -139,11 +150,14 @@ class Tenants:
         self._maybe_flush()
 
     def refused(self, ticket: Ticket, refused: Refused) -> None:
-        """A request the door turned away (429 at `enter`): one error in the ledger, nothing held."""
+        """A request turned away holding nothing (429 at `enter`): one error in the ledger."""
         self.ledger.record(ticket.key.name, ticket.model, utc_day(self.clock()), 0, 0, 0, True)
+        self._count_refusal(ticket, refused)
+        self._maybe_flush()
+
+    def _count_refusal(self, ticket: Ticket, refused: Refused) -> None:
         if self.ledger.metrics is not None:
             self.ledger.metrics.refused.labels(ticket.key.name, refused.kind or str(refused.status)).inc()
-        self._maybe_flush()
 
     def cache_salt(self, key: ApiKey | None, salt: str | None) -> str | None:
         """With `--isolate-cache per-key`, each key's prompts share cached blocks only with its own."""

@@ -7,8 +7,9 @@ per step).
 Admission comes in two steps. At the door (`enter`), before the body is
 read: a concurrency lease and one request against rpm. Where the prompt is
 known (`reserve`): prompt + the request's budget against tpm and today's
-tokens. Each step takes all it needs or nothing, so a refusal costs its key
-nothing more. The reservation settles to what was used when the request
+tokens. Where the door has no reason to come first (the router, which reads
+every body it forwards anyway), both are one step (`acquire`). Each step
+takes all it needs or nothing, so a refusal costs its key nothing more. The reservation settles to what was used when the request
 ends, in the window it was taken from, in one more step with the lease.
 """
 
@@ -65,41 +66,18 @@ class Limiter:
         self.clock = clock
 
     async def acquire(self, key: ApiKey, tokens: int) -> Reservation:
-        """`enter` then `reserve`: everything a request needs, or `Refused` and nothing taken."""
-        held = await self.enter(key)
-        try:
-            await self.reserve(held, key, tokens)
-        except BaseException:
-            await self.settle(held, 0, give_back_request=True)
-            raise
+        """`enter` and `reserve` in one step: everything a request needs, or `Refused` and nothing taken."""
+        now = self.clock()
+        held = Reservation()
+        await self._take(held, key, [*self._door(key), *self._tokens(key, tokens, now)], tokens, now)
+        held.reserved, held.tokens = True, tokens
         return held
 
     async def enter(self, key: ApiKey) -> Reservation:
         """A concurrency lease and one request against rpm, or `Refused` (429) and nothing taken.
         Checked at the door, before the body is read."""
-        lim, name = key.limits, key.name
-        wants = []
-        if lim.max_concurrent:
-            wants.append(Want(f"inferd/concurrent/{name}", LEASE_EXPIRY, 1, lim.max_concurrent, lease=True))
-        if lim.rpm:
-            item = RateLimitItemPerMinute(lim.rpm)
-            wants.append(Want(item.key_for(name, "requests"), item.get_expiry(), 1, lim.rpm))
-        taken = await self.counters.take(wants)
-        if isinstance(taken, Short):
-            if wants[taken.index].lease:
-                raise Refused(429, f"this key already has {lim.max_concurrent} requests in flight "
-                                   "(max_concurrent); wait for one to finish", code="rate_limit_exceeded",
-                              kind="concurrency", headers={"Retry-After": "1"})
-            raise Refused(429, f"rate limit of {lim.rpm} requests per minute reached for this key; "
-                               f"retry in {duration(taken.wait)}", code="rate_limit_exceeded", kind="requests",
-                          headers=self._exhausted("requests", lim.rpm, taken.wait))
         held = Reservation()
-        for t in taken:
-            if t.lease:
-                held.lease = t
-            else:
-                held.request = t
-                held.headers.update(self._headers("requests", lim.rpm, t))
+        await self._take(held, key, self._door(key), 0, self.clock())
         return held
 
     async def reserve(self, held: Reservation, key: ApiKey, tokens: int) -> None:
@@ -107,7 +85,23 @@ class Limiter:
         `Refused` (429) with no tokens taken. Once per request."""
         if held.reserved:
             return
-        lim, name, now = key.limits, key.name, self.clock()
+        now = self.clock()
+        await self._take(held, key, self._tokens(key, tokens, now), tokens, now)
+        held.reserved, held.tokens = True, tokens
+
+    def _door(self, key: ApiKey) -> list[tuple[str, Want]]:
+        lim, wants = key.limits, []
+        if lim.max_concurrent:
+            wants.append(("concurrency", Want(f"inferd/concurrent/{key.name}", LEASE_EXPIRY, 1, lim.max_concurrent,
+                                              lease=True)))
+        if lim.rpm:
+            item = RateLimitItemPerMinute(lim.rpm)
+            wants.append(("requests", Want(item.key_for(key.name, "requests"), item.get_expiry(), 1, lim.rpm)))
+        return wants
+
+    def _tokens(self, key: ApiKey, tokens: int, now: float) -> list[tuple[str, Want]]:
+        """The token windows `tokens` would take from; `Refused` at once if no window could ever hold them."""
+        lim, wants = key.limits, []
         if lim.tpm and tokens > lim.tpm:
             raise Refused(429, f"this request needs {tokens} tokens (prompt + max tokens), more than this "
                                f"key's {lim.tpm} tokens per minute: lower max_tokens or shorten the prompt",
@@ -116,28 +110,50 @@ class Limiter:
             raise Refused(429, f"this request needs {tokens} tokens, more than this key's daily allowance "
                                f"of {lim.daily_tokens}: lower max_tokens", code="rate_limit_exceeded",
                           kind="daily_tokens")
-        wants = []
         if lim.tpm:
             item = RateLimitItemPerMinute(lim.tpm)
-            wants.append(Want(item.key_for(name, "tokens"), item.get_expiry(), tokens, lim.tpm))
+            wants.append(("tokens", Want(item.key_for(key.name, "tokens"), item.get_expiry(), tokens, lim.tpm)))
         if lim.daily_tokens:
             item = RateLimitItemPerDay(lim.daily_tokens)
-            wants.append(Want(item.key_for(name, "daily", utc_day(now)), item.get_expiry(), tokens,
-                              lim.daily_tokens))
-        taken = await self.counters.take(wants)
+            wants.append(("daily_tokens", Want(item.key_for(key.name, "daily", utc_day(now)), item.get_expiry(),
+                                               tokens, lim.daily_tokens)))
+        return wants
+
+    async def _take(self, held: Reservation, key: ApiKey, wants: list[tuple[str, Want]], tokens: int,
+                    now: float) -> None:
+        """Take every want into `held` in one step, or raise the first one's refusal."""
+        taken = await self.counters.take([w for _, w in wants])
         if isinstance(taken, Short):
-            if lim.tpm and taken.index == 0:
-                raise Refused(429, f"rate limit of {lim.tpm} tokens per minute reached for this key "
-                                   f"(this request reserves {tokens}); retry in {duration(taken.wait)}",
-                              code="rate_limit_exceeded", kind="tokens",
-                              headers=self._exhausted("tokens", lim.tpm, taken.wait))
-            raise Refused(429, f"this key has used its {lim.daily_tokens} tokens for today (UTC); "
-                               "it may continue at 00:00 UTC", code="rate_limit_exceeded", kind="daily_tokens",
-                          headers={"Retry-After": str(math.ceil(seconds_to_midnight(now)))})
-        if lim.tpm:
-            held.headers.update(self._headers("tokens", lim.tpm, taken[0]))
-        held.reserved, held.tokens = True, tokens
-        held.taken += taken
+            raise self._refusal(wants[taken.index][0], key, tokens, taken.wait, now)
+        lim = key.limits
+        for (kind, _), t in zip(wants, taken):
+            if kind == "concurrency":
+                held.lease = t
+            elif kind == "requests":
+                held.request = t
+                held.headers.update(self._headers("requests", lim.rpm, t))
+            else:
+                held.taken.append(t)
+                if kind == "tokens":
+                    held.headers.update(self._headers("tokens", lim.tpm, t))
+
+    def _refusal(self, kind: str, key: ApiKey, tokens: int, wait: float, now: float) -> Refused:
+        lim = key.limits
+        if kind == "concurrency":
+            return Refused(429, f"this key already has {lim.max_concurrent} requests in flight (max_concurrent); "
+                                "wait for one to finish", code="rate_limit_exceeded", kind="concurrency",
+                           headers={"Retry-After": "1"})
+        if kind == "requests":
+            return Refused(429, f"rate limit of {lim.rpm} requests per minute reached for this key; "
+                                f"retry in {duration(wait)}", code="rate_limit_exceeded", kind="requests",
+                           headers=self._exhausted("requests", lim.rpm, wait))
+        if kind == "tokens":
+            return Refused(429, f"rate limit of {lim.tpm} tokens per minute reached for this key "
+                                f"(this request reserves {tokens}); retry in {duration(wait)}",
+                           code="rate_limit_exceeded", kind="tokens", headers=self._exhausted("tokens", lim.tpm, wait))
+        return Refused(429, f"this key has used its {lim.daily_tokens} tokens for today (UTC); "
+                            "it may continue at 00:00 UTC", code="rate_limit_exceeded", kind="daily_tokens",
+                       headers={"Retry-After": str(math.ceil(seconds_to_midnight(now)))})
 
     async def settle(self, held: Reservation, used: int, *, give_back_request: bool = False) -> None:
         """Give back the lease and the part of the reservation not used (or take

@@ -242,9 +242,41 @@ def test_gate_identifies_scopes_and_ledgers(tmp_path):
 
     run(go())
     tenants.close()
-    [row] = KeyStore.in_dir(tmp_path).usage()
+    row, refused = KeyStore.in_dir(tmp_path).usage()
     assert (row.key, row.model, row.requests, row.prompt_tokens, row.completion_tokens, row.cached_tokens,
             row.errors) == ("k", "m", 1, 3, 4, 1, 0)
+    assert (refused.model, refused.requests, refused.errors) == ("other", 1, 1)  # the 403, held nothing
+
+
+def test_in_one_step_a_scope_refusal_charges_nothing_and_a_limit_refusal_takes_nothing():
+    limiter = Limiter()
+    tenants = Tenants(KeyRing(), limiter)
+    key, secret = tenants.ring.add("k", {"scopes": ("m",), "rpm": 2, "tpm": 100, "max_concurrent": 1})
+
+    async def admitted(model: str, tokens: int) -> Ticket:
+        ticket = Ticket(tenants.identify([secret.encode()]), generating=True)  # the router's door takes nothing
+        await tenants.admit(ticket, model, tokens)
+        return ticket
+
+    async def go():
+        for _ in range(3):
+            with pytest.raises(Refused) as e:
+                await admitted("other", 1)
+            assert e.value.status == 403
+        first = await admitted("m", 60)
+        assert first.headers["x-ratelimit-remaining-requests"] == "1"
+        with pytest.raises(Refused) as e:
+            await admitted("m", 1)
+        assert e.value.kind == "concurrency"
+        await tenants.settle(first, 200)  # it used nothing: its 60 tokens come back
+        second = await admitted("m", 100)  # the minute's whole 100 fit again
+        await tenants.settle(second, 200)
+        with pytest.raises(Refused) as e:
+            await admitted("m", 1)
+        assert e.value.kind == "requests"  # two admitted; the 403s and the refused one did not count
+        assert await limiter.in_flight(key) == 0
+
+    run(go())
 
 
 def test_reset_durations_read_like_openais():

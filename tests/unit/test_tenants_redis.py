@@ -1,4 +1,5 @@
-"""The limiter on Redis counters: each step is one Lua script, all or nothing;
+"""The limiter on Redis counters: each step is one Lua script, all or nothing
+(the door's, the tokens', both at once for the router, and settling);
 a reservation settles to what was used in the window it came from (and not
 in a later one); leases come back; two limiters on one Redis share a limit."""
 
@@ -49,7 +50,7 @@ class Counted:
 
 
 def test_each_step_is_one_round_trip_and_refusals_cost_nothing(redis):
-    key = key_with(rpm=2, tpm=100, daily_tokens=1000, max_concurrent=5)
+    key = key_with(rpm=3, tpm=100, daily_tokens=1000, max_concurrent=5)
 
     async def go():
         limiter = Limiter(redis.url)
@@ -59,15 +60,18 @@ def test_each_step_is_one_round_trip_and_refusals_cost_nothing(redis):
         await limiter.reserve(held, key, 80)
         await limiter.settle(held, 10)
         assert counted.calls == 3
-        assert held.headers["x-ratelimit-remaining-requests"] == "0"
+        assert held.headers["x-ratelimit-remaining-requests"] == "1"
         assert held.headers["x-ratelimit-remaining-tokens"] == "19"  # 1 + 80 of 100
+        one_step = await limiter.acquire(key, 5)  # the router's: lease, request and tokens at once
+        assert counted.calls == 4 and one_step.headers["x-ratelimit-remaining-requests"] == "0"
+        await limiter.settle(one_step, 5)
         with pytest.raises(Refused) as e:
             await limiter.enter(key)
         assert e.value.kind == "requests" and 1 <= int(e.value.headers["Retry-After"]) <= 60
         assert await limiter.in_flight(key) == 0  # the refused step took no lease either
         tpm = f"LIMITER/{key.name}/tokens/100/1/minute"
         daily = f"LIMITER/{key.name}/daily/{utc_day(limiter.clock())}/1000/1/day"
-        assert await limiter.counters.get(tpm) == 11 and await limiter.counters.get(daily) == 11
+        assert await limiter.counters.get(tpm) == 16 and await limiter.counters.get(daily) == 16
 
     run(go())
 
