@@ -9,8 +9,9 @@ read: a concurrency lease and one request against rpm. Where the prompt is
 known (`reserve`): prompt + the request's budget against tpm and today's
 tokens. Where the door has no reason to come first (the router, which reads
 every body it forwards anyway), both are one step (`acquire`). Each step
-takes all it needs or nothing, so a refusal costs its key nothing more. The reservation settles to what was used when the request
-ends, in the window it was taken from, in one more step with the lease.
+takes all it needs or nothing, so a refusal costs its key nothing more. The
+reservation settles to what was used when the request ends, in the window it
+was taken from, in one more step with the lease.
 """
 
 from __future__ import annotations
