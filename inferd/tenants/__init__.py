@@ -6,6 +6,7 @@ and turn its refusals into their dialects' errors.
     secrets.py  a key's secret: made, hashed, shown by prefix
     keys.py     the key record and its validation (names, scopes, limits)
     store.py    SQLite (WAL) under the data dir: keys (hashes only) and usage
+    store_watch.py  keys edited there by another process, taken without a restart
     keyring.py  the keys in memory, bootstrap keys beside them; lookups by hash
     limiter.py  rpm, tpm, daily tokens and concurrency on `limits` counters
     counters.py those counters in memory, or in Redis: one Lua script per step
