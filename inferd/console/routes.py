@@ -71,17 +71,17 @@ def console_router(role: str, stats: Callable[[Request], dict]) -> APIRouter:
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
     assets = load_assets(role)
-    router = APIRouter()
+    router = APIRouter(include_in_schema=False)  # as /metrics, whose numbers /api/stats gives
 
-    @router.get(PREFIX, include_in_schema=False)
+    @router.get(PREFIX)
     async def to_page():
         return RedirectResponse("ui/", status_code=308, headers=SECURITY_HEADERS)
 
-    @router.get(f"{PREFIX}/", include_in_schema=False)
+    @router.get(f"{PREFIX}/")
     async def page(request: Request):
         return assets["index.html"].response(request)
 
-    @router.get(PREFIX + "/{name}", include_in_schema=False)
+    @router.get(PREFIX + "/{name}")
     async def asset(name: str, request: Request):
         found = assets.get(name)
         if found is None:

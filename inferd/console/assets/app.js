@@ -81,7 +81,8 @@ function start() {
     route();
     $("main").focus({ preventScroll: true });
   });
-  document.body.dataset.ready = "true";  // the tests wait for this
+  if (matchMedia("(max-width: 760px)").matches) $("chat-settings").open = false;  // the conversation first
+  document.body.dataset.ready = "true";
   route();
 }
 

@@ -72,6 +72,8 @@ function readOptions() {
     const value = form[name].value.trim();
     if (value !== "") body[field] = Number(value);
   }
+  const stop = form.stop.value.split("\n").filter((line) => line !== "");
+  if (stop.length) body.stop = stop;
   const schemaText = form.schema.value.trim();
   if (schemaText) {
     let schema;
@@ -186,7 +188,7 @@ function renderMessage(message) {
       h("p", { text: message.reasoning })) : null,
     body,
     message.error ? h("p", { class: "error", role: "alert", text: message.error }) : null,
-    message.stats ? h("p", { class: "stats muted small", text: statsLine(message) }) : null);
+    message.stats && (message.stats.tokens || !message.error) ? h("p", { class: "stats muted small", text: statsLine(message) }) : null);
 }
 
 function statsLine({ stats, finish }) {

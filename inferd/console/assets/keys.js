@@ -62,9 +62,32 @@ function button(text, label, action) {
   return el;
 }
 
+let editing = null;  // the name of the key the form edits; null: the form creates one
+
+function edit(k) {
+  editing = k.name;
+  $("key-name").value = k.name;
+  $("key-name").readOnly = true;
+  $("key-scopes").value = k.scopes.join(", ");
+  $("key-admin").checked = k.admin;
+  for (const [field, id] of LIMITS) $(id).value = k.limits[field] || "";
+  $("key-create").textContent = `Save ${k.name}`;
+  $("key-edit-cancel").hidden = false;
+  $("key-scopes").focus();
+}
+
+function stopEditing() {
+  editing = null;
+  $("key-form").reset();
+  $("key-name").readOnly = false;
+  $("key-create").textContent = "Create key";
+  $("key-edit-cancel").hidden = true;
+}
+
 function actions(k) {
   const path = `api/keys/${encodeURIComponent(k.name)}`;
   return h("div", { class: "actions" },
+    button("Edit", `Edit the models and limits of ${k.name}`, async () => { edit(k); return WAIT; }),
     button("Rotate", `Rotate ${k.name}`, async () => {
       const rotated = await api(`${path}/rotate`, { method: "POST" });
       showSecret(rotated.name, rotated.secret);
@@ -83,21 +106,30 @@ function actions(k) {
     }));
 }
 
-async function create(event) {
+async function submit(event) {
   event.preventDefault();
-  const body = { name: $("key-name").value.trim(), admin: $("key-admin").checked };
+  const body = { admin: $("key-admin").checked };
   const scopes = $("key-scopes").value.split(",").map((s) => s.trim()).filter(Boolean);
-  if (scopes.length) body.scopes = scopes;
   const limits = {};
   for (const [field, id] of LIMITS) {
     if ($(id).value !== "") limits[field] = Number($(id).value);
+    else if (editing) limits[field] = 0;  // emptied: no limit
   }
-  if (Object.keys(limits).length) body.limits = limits;
   try {
-    const created = await api("api/keys", { method: "POST", json: body });
-    $("key-form").reset();
-    showSecret(created.name, created.secret);
-    notify("");
+    if (editing) {
+      await api(`api/keys/${encodeURIComponent(editing)}`, { method: "PATCH", json: { ...body, scopes, limits } });
+      notify(`Key ${editing} is saved.`, "info");
+      stopEditing();
+    } else {
+      const created = await api("api/keys", {
+        method: "POST",
+        json: { name: $("key-name").value.trim(), ...body, ...(scopes.length ? { scopes } : {}),
+          ...(Object.keys(limits).length ? { limits } : {}) },
+      });
+      $("key-form").reset();
+      showSecret(created.name, created.secret);
+      notify("");
+    }
   } catch (e) {
     notify(e.message);
   }
@@ -106,7 +138,8 @@ async function create(event) {
 
 export const keysPage = {
   mount() {
-    $("key-form").addEventListener("submit", create);
+    $("key-form").addEventListener("submit", submit);
+    $("key-edit-cancel").addEventListener("click", stopEditing);
     $("key-copy").addEventListener("click", async () => {
       try {
         await navigator.clipboard.writeText($("key-secret-value").textContent);

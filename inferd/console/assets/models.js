@@ -64,7 +64,7 @@ function actions(m) {
       await refresh();
     }));
   }
-  if (m.digest) {  // stored: it can be deleted (asks once more first)
+  if (m.digest && !own) {  // stored: it can be deleted (asks once more first)
     cell.append(button("Delete", `Delete ${name}`, async (el) => {
       if (el.dataset.confirm !== "yes") {
         el.dataset.confirm = "yes";
