@@ -93,7 +93,9 @@ def test_json_to_the_transcription_route_is_a_415(server):
     ({"input": "x" * 4097}, "input", "input is 4097 characters; at most 4096 are spoken at once"),
     ({"input": "hi", "response_format": "ogg"}, "response_format",
      "response_format must be one of mp3, opus, aac, flac, wav, pcm"),
-], ids=["voice", "speed", "empty", "long", "format"])
+    ({"input": "hi", "noise_w_scale": -0.1}, "noise_w_scale",
+     "noise_w_scale must be between 0 and 2.0 (0: the same audio every time)"),
+], ids=["voice", "speed", "empty", "long", "format", "noise"])
 def test_speech_refuses_what_it_cannot_speak(server, body, param, message):
     error = error_of(call(server, "POST", "/v1/audio/speech", json={"model": "tts-1", **body}), 400)
     assert (error["param"], error["message"]) == (param, message)

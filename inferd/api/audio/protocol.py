@@ -13,7 +13,8 @@ class VoiceId(BaseModel):
 
 class SpeechBody(BaseModel):
     """POST /v1/audio/speech. `instructions` is accepted and not used: Piper
-    voices take no style prompt."""
+    voices take no style prompt. `noise_scale` and `noise_w_scale` are
+    inferd's own (Piper's): 0 and 0 speak the same text the same way every time."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -23,6 +24,8 @@ class SpeechBody(BaseModel):
     instructions: str | None = None
     response_format: str = "mp3"
     speed: float = 1.0
+    noise_scale: float | None = None
+    noise_w_scale: float | None = None
     stream_format: Literal["audio", "sse"] = "audio"
     stream: bool = Field(True, description="send audio as it is synthesized; false: the whole file at once")
 

@@ -21,7 +21,8 @@ from inferd.serving.generation import unless_disconnected
 async def answer_speech(audio: AudioService, raw: Request, body: SpeechBody):
     audio.check_speech_model(body.model)
     voice = audio.voice(body.voice_name)
-    request = SpeechRequest(input=body.input, speed=body.speed)
+    request = SpeechRequest(input=body.input, speed=body.speed, noise_scale=body.noise_scale,
+                            noise_w_scale=body.noise_w_scale)
     sse_events = body.stream_format == "sse"
     streaming = sse_events or body.stream
     chunks = audio.speak(voice, request, body.response_format, streaming)
