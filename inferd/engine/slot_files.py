@@ -24,6 +24,7 @@ worker thread, so neither the engine nor the event loop waits for the disk.
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -202,12 +203,14 @@ def _check_fits(engine: Engine, saved: SlotCache) -> None:
 def write_file(path: Path, cache: SlotCache) -> int:
     """Write atomically (a reader never sees half a file); returns the bytes written."""
     tensors = {"tokens": torch.tensor(cache.token_ids, dtype=torch.int32), "k": cache.k, "v": cache.v}
-    partial = path.with_name(f".{path.name}.partial")
+    # A partial file of its own, so two saves to one name cannot write into each other's.
+    handle, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    os.close(handle)
     try:
-        save_file(tensors, str(partial), metadata={"format": FORMAT, "model": cache.model, "root": cache.root})
+        save_file(tensors, partial, metadata={"format": FORMAT, "model": cache.model, "root": cache.root})
         os.replace(partial, path)
     finally:
-        partial.unlink(missing_ok=True)
+        Path(partial).unlink(missing_ok=True)
     return path.stat().st_size
 
 

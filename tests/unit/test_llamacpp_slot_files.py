@@ -201,3 +201,15 @@ def test_pool_hold_and_forget():
     assert pool.cached == {"a" * 32: a}
     pool.free_blocks([a])
     assert pool.forget(["a" * 32]) == 1 and pool.cached == {}
+
+
+def test_saves_to_one_name_at_once_leave_one_whole_file(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    k = torch.randn(2, 64, 1, 8)
+    caches = [SlotCache(list(range(64)), "0" * 32, k * i, k * -i, f"m{i}") for i in range(1, 5)]
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda c: write_file(tmp_path / "same", c), caches * 3))
+    back, _ = read_file(tmp_path / "same")
+    assert back.model in {c.model for c in caches}
+    assert [p.name for p in tmp_path.iterdir()] == ["same"]
