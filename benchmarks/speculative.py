@@ -1,5 +1,6 @@
 """Single-stream decode with and without prompt-lookup speculation, on
-input-grounded tasks (edit a piece of code, answer with quotes from a text): the engine
+input-grounded tasks (edit a piece of code, answer with quotes from a text)
+and one that is not (a free story, where drafts rarely hold): the engine
 alone, greedy, the bundled model by default.
 
     python benchmarks/speculative.py [--weights auto] [--rounds 3] [--spec-tokens 4]
@@ -56,6 +57,8 @@ TASKS = {
     "edit code": f"```python\n{CODE}```\n\nThe same code with moving_average renamed to rolling_mean:\n\n```python\n",
     "quote text": f"{TEXT}\n\nQuestion: What does the text say about the keeper and the lamp? Answer with quotes "
                   f"from the text.\nAnswer: The text says: \"Its first keeper,",
+    # Not grounded in its input: here the acceptance guard should keep speculation from costing anything.
+    "free story": "Write a short story about a fox who learns to sail.\n\nStory: The fox had never seen the sea",
 }
 
 

@@ -16,8 +16,11 @@
  *   w = q * scale + min, q in 0..15.
  * Activations x [M, K] are bf16 and outputs y [M, N] bf16 or float32, row-major.
  *
- * The portable path computes the same sums in scalar C; the vector path is
- * used where the compiler targets AVX-512 VNNI (`inferd_quant_gemv_vectorized`).
+ * Vector paths (`inferd_quant_gemv_vectorized`): 1, AVX-512 VNNI, a tile in
+ * one register; 2, AVX2 with FMA, a tile in two halves of 8 rows, products
+ * of pairs by `vpmaddubsw` (int8 weights as |w| times x carrying w's sign,
+ * so no pair sum can saturate int16). The portable path computes the same
+ * sums in scalar C.
  * Threads: OpenMP over chunks of tiles, linked to the libgomp torch loads, so it shares
  * torch's thread pool and thread count.
  */
@@ -32,6 +35,9 @@
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define VECTORIZED 1
+#include <immintrin.h>
+#elif defined(__AVX2__) && defined(__FMA__)
+#define VECTORIZED 2
 #include <immintrin.h>
 #else
 #define VECTORIZED 0
@@ -66,7 +72,7 @@ static int quantize_activations(const uint16_t *x, int64_t M, int64_t K, Activat
     for (int64_t g = 0; g < groups; g++) {
         float d, sum;
         int32_t qsum;
-#if VECTORIZED
+#if VECTORIZED == 1
         __m512 v0 = vf_load_bf16(x + g * GROUP), v1 = vf_load_bf16(x + g * GROUP + 16);
         d = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))) / 127.0f;
         sum = _mm512_reduce_add_ps(_mm512_add_ps(v0, v1));
@@ -131,7 +137,33 @@ static inline __attribute__((always_inline)) void q8_tile_rows(const Activations
     const int64_t groups = K / GROUP;
     const int8_t *wt = w + tile * TILE * K;
     float out[MAX_ROWS][TILE];
-#if VECTORIZED
+#if VECTORIZED == 2
+    __m256 acc[MAX_ROWS][2];
+    for (int m = 0; m < rows; m++) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t g = 0; g < groups; g++) {
+        const int8_t *wg = wt + g * 8 * 64;
+        for (int j = 0; j < 8; j++) _mm_prefetch((const char *)(wg + j * 64 + PREFETCH_BYTES), _MM_HINT_T0);
+        for (int m = 0; m < rows; m++) {
+            const int8_t *xq = a->q + m * K + g * GROUP;
+            for (int half = 0; half < 2; half++) {
+                __m256i isum = _mm256_setzero_si256();
+                for (int j = 0; j < 8; j++) {
+                    const __m256i w8 = _mm256_loadu_si256((const __m256i *)(wg + j * 64 + half * 32));
+                    const __m256i x4 = _mm256_set1_epi32(*(const int32_t *)(xq + 4 * j));
+                    const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w8, w8), _mm256_sign_epi8(x4, w8));
+                    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, ones));
+                }
+                acc[m][half] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(a->scale[m * groups + g]),
+                                               acc[m][half]);
+            }
+        }
+    }
+    for (int half = 0; half < 2; half++) {
+        const __m256 scale = vf_load_bf16(scales + tile * TILE + half * 8);
+        for (int m = 0; m < rows; m++) _mm256_storeu_ps(out[m] + half * 8, _mm256_mul_ps(acc[m][half], scale));
+    }
+#elif VECTORIZED == 1
     __m512 acc[MAX_ROWS];
     for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
     const __m512i flip = _mm512_set1_epi8((char)0x80); /* s8 -> u8 + 128, for vpdpbusd's unsigned operand */
@@ -177,7 +209,42 @@ static inline __attribute__((always_inline)) void q4_tile_rows(const Activations
     const uint8_t *wt = w + tile * TILE * K / 2;
     const uint16_t *pt = params + tile * groups * 2 * TILE;
     float out[MAX_ROWS][TILE];
-#if VECTORIZED
+#if VECTORIZED == 2
+    __m256 acc[MAX_ROWS][2];
+    for (int m = 0; m < rows; m++) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    const __m256i nibble = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    for (int64_t g = 0; g < groups; g++) {
+        const uint8_t *wg = wt + g * 4 * 64;
+        for (int j = 0; j < 4; j++) _mm_prefetch((const char *)(wg + j * 64 + PREFETCH_BYTES), _MM_HINT_T0);
+        const uint16_t *pg = pt + g * 2 * TILE;
+        for (int half = 0; half < 2; half++) {
+            __m256i lo[4], hi[4];
+            for (int j = 0; j < 4; j++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(wg + j * 64 + half * 32));
+                lo[j] = _mm256_and_si256(v, nibble);
+                hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+            }
+            const __m256 scale = vf_load_bf16(pg + half * 8), min = vf_load_bf16(pg + TILE + half * 8);
+            for (int m = 0; m < rows; m++) {
+                const int8_t *xq = a->q + m * K + g * GROUP;
+                __m256i isum = _mm256_setzero_si256();
+                for (int j = 0; j < 4; j++) { /* nibbles are 0..15: no pair sum comes near int16's limit */
+                    const __m256i pairs = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo[j], _mm256_set1_epi32(*(const int32_t *)(xq + 4 * j))),
+                        _mm256_maddubs_epi16(hi[j], _mm256_set1_epi32(*(const int32_t *)(xq + 16 + 4 * j))));
+                    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, ones));
+                }
+                const __m256 ds = _mm256_mul_ps(scale, _mm256_set1_ps(a->scale[m * groups + g]));
+                acc[m][half] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), ds, acc[m][half]);
+                acc[m][half] = _mm256_fmadd_ps(min, _mm256_set1_ps(a->sum[m * groups + g]), acc[m][half]);
+            }
+        }
+    }
+    for (int m = 0; m < rows; m++) {
+        _mm256_storeu_ps(out[m], acc[m][0]);
+        _mm256_storeu_ps(out[m] + 8, acc[m][1]);
+    }
+#elif VECTORIZED == 1
     __m512 acc[MAX_ROWS];
     for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
     const __m512i nibble = _mm512_set1_epi8(0x0f);

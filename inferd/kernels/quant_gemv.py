@@ -30,10 +30,10 @@ def library(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
 
 
 def available() -> bool:
-    """The vectorized kernels are built for this CPU (AVX-512 with VNNI);
-    elsewhere the torch kernels are faster than the portable C."""
+    """A vector path is built for this CPU (AVX-512 with VNNI, or AVX2 with
+    FMA); elsewhere the torch kernels are faster than the portable C."""
     lib = library()
-    return lib is not None and lib.inferd_quant_gemv_vectorized() == 1
+    return lib is not None and lib.inferd_quant_gemv_vectorized() in (1, 2)
 
 
 def fits(out_features: int, in_features: int) -> bool:

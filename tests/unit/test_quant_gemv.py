@@ -11,24 +11,34 @@ import pytest
 import torch
 
 from inferd.arch.quantized_linear import QuantizedLinear, quantize_int8
-from inferd.kernels import native, quant_gemv
+from inferd.kernels import isa, native, quant_gemv
 
 BF16 = torch.bfloat16
 GROUP = quant_gemv.GROUP
 
 needs_compiler = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
-needs_vector_build = pytest.mark.skipif(not quant_gemv.available(), reason="kernels not built for AVX-512 VNNI here")
+needs_vector_build = pytest.mark.skipif(not quant_gemv.available(), reason="no vector build of the kernels here")
 
 
 def portable():
-    """The same source built without VNNI: the scalar path."""
-    lib = quant_gemv.library(("-mno-avx512vnni",))
+    """The same source built for the architecture's baseline: the scalar path."""
+    lib = quant_gemv.library(tuple(isa.march_flags("portable")))
     assert lib is not None and lib.inferd_quant_gemv_vectorized() == 0
+    return lib
+
+
+def avx2():
+    """The AVX2 path (x86-64-v3), which machines without AVX-512 run."""
+    lib = quant_gemv.library(tuple(isa.march_flags("avx2")))
+    assert lib is not None and lib.inferd_quant_gemv_vectorized() == 2
     return lib
 
 
 def builds():
     return [pytest.param(None, marks=needs_vector_build, id="vector"),
+            pytest.param(avx2, marks=[needs_compiler, pytest.mark.skipif("avx2" not in isa.runnable(),
+                                                                         reason="this CPU runs no AVX2 build")],
+                         id="avx2"),
             pytest.param(portable, marks=needs_compiler, id="portable")]
 
 
