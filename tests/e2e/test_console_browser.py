@@ -122,6 +122,32 @@ def test_chat_streams_an_answer_with_its_numbers_and_keeps_the_conversation(cons
     assert page.inner_text(".message.assistant .body") == answer
 
 
+MARKDOWN = """# Title
+Some **bold**, *slanted* and `inline code`, a [link](https://example.com/a) and [no link](javascript:alert(1)).
+<img src=x onerror=alert(1)>
+
+- one
+- two
+
+```python
+print("<b>hi</b>")
+```"""
+
+
+def test_answers_render_as_markdown_and_never_as_html(console):
+    html = console.evaluate("""src => import('./markdown.js').then((m) => {
+        const box = document.createElement('div');
+        box.append(m.renderMarkdown(src));
+        return box.innerHTML;
+    })""", MARKDOWN)
+    assert html.startswith("<h3>Title</h3><p>Some <strong>bold</strong>, <em>slanted</em> and <code>inline code</code>")
+    assert '<a href="https://example.com/a" rel="noopener noreferrer" target="_blank">link</a>' in html
+    assert "[no link](javascript:alert(1))" in html and "<img" not in html and "&lt;img src=x" in html
+    assert "<ul><li>one</li><li>two</li></ul>" in html
+    assert ('<figure class="code"><figcaption><span>python</span><button type="button" class="copy quiet">Copy code'
+            '</button></figcaption><pre tabindex="0"><code>print("&lt;b&gt;hi&lt;/b&gt;")</code></pre></figure>') in html
+
+
 def test_stop_ends_a_long_answer(console, tenant_server):
     page = console
     page.click("#chat-clear")

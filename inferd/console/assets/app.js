@@ -39,7 +39,6 @@ function askForKey(reason, refused) {
       resolve(input.value.trim());
     };
     form.addEventListener("submit", done);
-    dialog.addEventListener("cancel", (event) => event.preventDefault());  // nothing works without a key
     if (!dialog.open) dialog.showModal();
     input.focus();
   });
@@ -71,6 +70,7 @@ function start() {
   $("role-name").textContent = role;
   for (const item of document.querySelectorAll("[data-role]")) item.hidden = item.dataset.role !== role;
   onKeyNeeded(askForKey);
+  $("key-dialog").addEventListener("cancel", (event) => event.preventDefault());  // nothing works without a key
   $("forget-key").hidden = currentKey() === null;
   $("forget-key").addEventListener("click", () => {
     forgetKey();
