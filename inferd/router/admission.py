@@ -9,21 +9,27 @@ Anthropic, Responses, Ollama and llama-server fields, streamed or whole),
 read as the bytes pass. The router asks the worker to end every stream with
 what it counted (an SSE comment, `http/auth.py`), so a stream that reports
 no usage of its own (OpenAI's without include_usage) settles exactly too;
-only an answer with no count at all (a worker that is not inferd) is
-charged the estimate.
+a stream its client left before the end settles to the count on the
+worker's request card once the worker has ended it; an error answer used
+nothing. Only an answer with no count anywhere (a worker that is not
+inferd) is charged the estimate.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import logging
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from inferd.http.auth import USAGE_COMMENT, USAGE_HEADER, refusal_error
 from inferd.http.dialect import Endpoint
 from inferd.http.errors import APIError
 from inferd.http.request_context import TRACE_HEADER, current_request
+from inferd.router.http_headers import WORKER_HEADER
 from inferd.tenants.refused import Refused
+
+log = logging.getLogger(__name__)
 
 CHARS_PER_TOKEN = 4
 _BUDGET_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "n_predict")
@@ -52,14 +58,20 @@ def prompt_estimate(endpoint: Endpoint, body: Mapping) -> int:
 
 @dataclass
 class UsageMeter:
-    """Reads token counts out of an answer's bytes as they pass to the client."""
+    """Reads token counts out of an answer's bytes as they pass to the client. An answer that ends
+    without a count (its client left mid-stream) is settled from the worker's request card."""
 
-    estimate: tuple[int, int] = (0, 0)  # prompt, completion: charged when the answer reports none
+    estimate: tuple[int, int] = (0, 0)  # prompt, completion: charged when nothing better is known
     seen: dict[str, int] = field(default_factory=dict)
+    ask_worker: Callable[[str], Awaitable[dict[str, int] | None]] | None = None  # worker id -> its card's counts
+    status: int = 0
+    worker: str | None = None  # the worker that answered
     _carry: bytes = b""
 
     def usage(self) -> tuple[int, int, int]:
         if not self.seen:
+            if self.status >= 400:  # refused before anything was generated: by the worker or by the router
+                return 0, 0, 0
             return self.estimate[0], self.estimate[1], 0
         return self.seen.get("prompt", 0), self.seen.get("completion", 0), self.seen.get("cached", 0)
 
@@ -101,15 +113,32 @@ class UsageMeter:
     def wrap(self, app):
         async def metered(scope, receive, send):
             async def send_counting(message):
-                if message["type"] == "http.response.body":
+                if message["type"] == "http.response.start":
+                    self.status = message["status"]
+                    self.worker = next((v.decode("latin-1") for n, v in message.get("headers", ())
+                                        if n.lower() == WORKER_HEADER), None)
+                elif message["type"] == "http.response.body":
                     self.feed(message.get("body", b""))
                     if not message.get("more_body", False):
                         self.finish()
                 await send(message)
 
-            await app(scope, receive, send_counting)
+            try:
+                await app(scope, receive, send_counting)
+            finally:
+                if not self.seen and 200 <= self.status < 400 and self.worker and self.ask_worker is not None:
+                    await self._from_card()  # a stream cut short: the worker's card has the count
 
         return metered
+
+    async def _from_card(self) -> None:
+        try:
+            counted = await self.ask_worker(self.worker)
+        except Exception:  # a worker gone meanwhile: the estimate stands
+            log.warning("reading worker %s's count for a request it served failed", self.worker, exc_info=True)
+            return
+        if counted:
+            self.seen.update(counted)
 
 
 def usage_fields(obj) -> dict[str, int]:

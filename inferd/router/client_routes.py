@@ -24,10 +24,12 @@ from inferd.api.registry import endpoints, error_response_for_path
 from inferd.http.dialect import Endpoint
 from inferd.http.errors import APIError, BadRequest, unreadable_body
 from inferd.http.form_fields import form_fields, is_form
+from inferd.http.request_context import current_request
 from inferd.router.admission import UsageMeter, admit_forward, with_trace_id
 from inferd.router.http_headers import request_headers
 from inferd.router.policies.direct import named_worker
 from inferd.router.proxy import Forward
+from inferd.router.request_cards import counted_by_worker
 from inferd.router.routing_key import routing_request
 from inferd.router.state import RouterState
 
@@ -95,6 +97,8 @@ async def forward(request: Request, endpoint: Endpoint):
     target = forwarded_target(request)
     if isinstance(admitted, UsageMeter):
         to_worker = admitted.asking(to_worker)
+        trace = current_request().trace_id
+        admitted.ask_worker = lambda worker_id: counted_by_worker(state, worker_id, trace)
     fwd = Forward(
         method=request.method, path=path, target=target, headers=with_trace_id(to_worker),
         body=raw, routing=routing_request(path, body, headers, state.tokenize), model=requested_model(body),

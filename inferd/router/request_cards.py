@@ -26,6 +26,8 @@ router = APIRouter()
 REMEMBERED = 4096
 ASK_TIMEOUT = 5.0
 IN_FLIGHT = ("queued", "running")
+FINAL_WAIT = 5.0  # how long a count is waited for after a client left mid-stream (the worker stops within a step)
+FINAL_POLL = 0.05
 
 
 class TraceBook:
@@ -69,6 +71,26 @@ async def _ask(state: RouterState, method: str, path: str, params=None) -> list[
 
     answers = await asyncio.gather(*(one(w) for w in state.fleet.routable()))
     return [(wid, r) for wid, r in answers if r is not None]
+
+
+async def counted_by_worker(state: RouterState, worker_id: str, trace_id: str) -> dict[str, int] | None:
+    """The tokens the worker's card for `trace_id` shows once the worker has ended the request
+    (within FINAL_WAIT; the count so far after that), as `admission.usage_fields` names them."""
+    worker = state.fleet.get(worker_id)
+    if worker is None:
+        return None
+    deadline = asyncio.get_running_loop().time() + FINAL_WAIT
+    while True:
+        r = await state.client.get(f"{worker.url}/v1/requests/{trace_id}", headers=state.worker_headers,
+                                   timeout=ASK_TIMEOUT)
+        if r.status_code != 200:
+            return None
+        card = r.json()
+        if card.get("state") not in IN_FLIGHT or asyncio.get_running_loop().time() > deadline:
+            usage = card.get("usage") or {}
+            return {"prompt": usage.get("prompt_tokens", 0), "completion": usage.get("completion_tokens", 0),
+                    "cached": usage.get("cached_tokens", 0)}
+        await asyncio.sleep(FINAL_POLL)
 
 
 @router.get("/v1/requests")

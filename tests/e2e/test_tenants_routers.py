@@ -2,7 +2,8 @@
 replica works on the other (etcd holds its hash, never a secret); both
 enforce one rpm together (of requests spread over both, the limit's worth are
 admitted, within one); usage the worker reports reaches the ledger, for a
-stream that reports none too (the worker's count, asked for); request
+stream that reports none too (the worker's count, asked for), and for a
+stream its client left (the worker's card); request
 cards, and a cancel, work through a replica; a rotation on one replica kills
 the old secret on both, and a removal reaches both."""
 
@@ -87,6 +88,27 @@ def test_two_replicas_share_keys_limits_and_cards(tiny_server, etcd_server, redi
             return totals["prompt_tokens"], totals["completion_tokens"]
 
         assert wait_for(lambda: streamer_ledger() == (prompt["prompt_tokens"], 2), timeout=10), streamer_ledger()
+
+        # A stream its client leaves early settles to the count on the worker's card, not the estimate.
+        leaver = http.post(f"{a.base_url}/api/keys", json={"name": "leaver"}, headers=admin).json()["secret"]
+        left = {**body, "stream": True, "ignore_eos": True, "max_tokens": 150}
+        with http.stream("POST", f"{a.base_url}/v1/chat/completions", json=left,
+                         headers={"Authorization": f"Bearer {leaver}", "x-request-id": "left-early"}) as r:
+            next(r.iter_text())
+
+        def ended():
+            card = http.get(f"{a.base_url}/v1/requests/left-early", headers=admin).json()
+            return card.get("state") not in (None, "queued", "running") and card
+
+        card = wait_for(ended, timeout=10)
+        counted = (card["usage"]["prompt_tokens"], card["usage"]["completion_tokens"])
+        assert card["state"] == "disconnected" and counted[1] < 150
+
+        def leaver_ledger() -> tuple:
+            totals = http.get(f"{a.base_url}/api/usage", params={"key": "leaver"}, headers=admin).json()["totals"]
+            return totals["prompt_tokens"], totals["completion_tokens"]
+
+        assert wait_for(lambda: leaver_ledger() == counted, timeout=10), (leaver_ledger(), counted)
 
         # Request cards through a replica: its own requests, under its key; a cancel reaches the worker.
         trace = "through-router-a"

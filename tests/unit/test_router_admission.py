@@ -59,3 +59,37 @@ def test_budgets_and_estimates():
     chat = endpoints()["/v1/chat/completions"]
     assert prompt_estimate(chat, {"messages": [{"role": "user", "content": "x" * 40}]}) >= 10
     assert prompt_estimate(chat, {"messages": "nonsense"}) >= 0
+
+
+def _answer(status: int, *bodies: bytes, worker: bytes = b"w1"):
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": status, "headers": [(b"x-inferd-worker", worker)]})
+        for body in bodies:
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+        # the client left: the proxy stops here, without the final message
+
+    return app
+
+
+def test_a_stream_cut_short_settles_to_the_workers_card_and_an_error_to_nothing():
+    import asyncio
+
+    asked = []
+
+    async def ask(worker_id):
+        asked.append(worker_id)
+        return {"prompt": 12, "completion": 7, "cached": 4}
+
+    async def sink(message):
+        pass
+
+    async def answer(status, *bodies):
+        meter = UsageMeter(estimate=(99, 99), ask_worker=ask)
+        await meter.wrap(_answer(status, *bodies))({"type": "http"}, None, sink)
+        return meter.usage()
+
+    assert asyncio.run(answer(200, b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n')) == (12, 7, 4)
+    assert asked == ["w1"]
+    assert asyncio.run(answer(400, b'{"error":{"message":"bad"}}')) == (0, 0, 0) and asked == ["w1"]
+    whole = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
+    assert asyncio.run(answer(200, whole)) == (3, 2, 0) and asked == ["w1"]  # counted already: not asked
