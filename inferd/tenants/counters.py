@@ -20,8 +20,8 @@ from limits.storage import storage_from_string
 
 @dataclass(frozen=True)
 class Want:
-    """`amount` from the counter `key` (a window of `expiry` seconds), refused above `cap` (0: no cap).
-    A lease's expiry is renewed on every take: it only forgets a counter no one has used for that long."""
+    """`amount` from the counter `key` (a window of `expiry` seconds from its first take), refused
+    above `cap` (0: no cap). A lease is given back whatever its window, never below zero."""
 
     key: str
     expiry: int
@@ -92,20 +92,20 @@ class MemoryCounters:
         return await self.storage.get(key)
 
 
-# ARGV: four per key: amount, cap (0: none), expiry seconds, lease (1/0).
+# ARGV: three per key: amount, cap (0: none), expiry seconds (set when the counter is new).
 # Returns {0, count1, end1, count2, end2, ...} (ends in epoch ms), or {i, pttl} when key i would pass its cap.
 _TAKE = """
 for i = 1, #KEYS do
-  local cap = tonumber(ARGV[4*i-2])
-  if cap > 0 and tonumber(redis.call('GET', KEYS[i]) or '0') + tonumber(ARGV[4*i-3]) > cap then
+  local cap = tonumber(ARGV[3*i-1])
+  if cap > 0 and tonumber(redis.call('GET', KEYS[i]) or '0') + tonumber(ARGV[3*i-2]) > cap then
     return {i, redis.call('PTTL', KEYS[i])}
   end
 end
 local out = {0}
 for i = 1, #KEYS do
-  local count = redis.call('INCRBY', KEYS[i], ARGV[4*i-3])
-  if ARGV[4*i] == '1' or redis.call('TTL', KEYS[i]) < 0 then
-    redis.call('EXPIRE', KEYS[i], ARGV[4*i-1])
+  local count = redis.call('INCRBY', KEYS[i], ARGV[3*i-2])
+  if redis.call('TTL', KEYS[i]) < 0 then
+    redis.call('EXPIRE', KEYS[i], ARGV[3*i])
   end
   out[2*i] = count
   out[2*i+1] = redis.call('PEXPIRETIME', KEYS[i])
@@ -118,7 +118,11 @@ _GIVE_BACK = """
 for i = 1, #KEYS do
   local window = tonumber(ARGV[2*i])
   if window == 0 then
-    if tonumber(redis.call('GET', KEYS[i]) or '0') > 0 then redis.call('DECRBY', KEYS[i], ARGV[2*i-1]) end
+    -- a lease counter back at zero is dropped, so the next take starts it a fresh expiry: only one that
+    -- never comes back to zero (leases a crashed replica kept) lives out its expiry
+    if tonumber(redis.call('GET', KEYS[i]) or '0') > 0 and redis.call('DECRBY', KEYS[i], ARGV[2*i-1]) <= 0 then
+      redis.call('DEL', KEYS[i])
+    end
   elseif redis.call('PEXPIRETIME', KEYS[i]) == window then
     redis.call('DECRBY', KEYS[i], ARGV[2*i-1])
   end
@@ -140,7 +144,7 @@ class RedisCounters:
         if not wants:
             return []
         keys = [self.storage.bridge.prefixed_key(w.key) for w in wants]
-        args = [a for w in wants for a in (w.amount, w.cap, w.expiry, int(w.lease))]
+        args = [a for w in wants for a in (w.amount, w.cap, w.expiry)]
         out = await self._take(keys, args)
         if out[0]:
             return Short(out[0] - 1, max(0, out[1]) / 1000)
