@@ -46,7 +46,7 @@ def load_encoder_model(state: ServerState, model: str | None, main: bool = False
     aliases = tuple(state.served_names[1:]) if main else ()
     if name == DEFAULT_EMBEDDING_NAME:  # the bundled model answers to each of its names
         aliases += tuple(n for n in BUNDLED_EMBEDDING_NAMES if n != loaded.name)
-    state.served.add(ServedModel(loaded.name, frozenset({pooled.kind}), aliases, pooled))
+    state.served.add(ServedModel(loaded.name, frozenset({pooled.kind}), aliases, pooled, encoder=loaded))
     log.info("loaded %s from %s: %s %s, %d layers, %s pooling, up to %d tokens, %s in %.1fs", loaded.name, path,
              loaded.config.model_type, "cross-encoder" if loaded.kind == "rerank" else "encoder",
              loaded.config.num_layers, loaded.pooling.mode, loaded.max_tokens,

@@ -32,6 +32,7 @@ class ServedModel:
     tasks: frozenset[str]
     aliases: tuple[str, ...] = ()
     pooled: PooledModel | None = None  # how it embeds or scores
+    encoder: object | None = None  # an encoder's models.encoder_loader.LoadedEncoder (what /api/ps reports)
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -161,3 +161,11 @@ def test_batch_items_run_on_the_model_each_names(many, client):
         name = request["body"]["model"]
         body = results[request["custom_id"]]
         assert (body["model"], body["choices"][0]["message"]["content"]) == (name, alone[name])
+
+
+def test_ps_lists_the_embedding_models_loaded_at_start(embedding_server):
+    running = ollama.Client(host=embedding_server.base_url).ps().models
+    assert [m.model for m in running] == [embedding_server.model_name, "all-minilm-l6-v2"]
+    minilm = running[1]
+    assert (minilm.context_length, minilm.expires_at.year, minilm.details.family) == (256, 9999, "bert")
+    assert minilm.size > 80_000_000  # its safetensors file, about 90 MB

@@ -22,10 +22,13 @@ def tags(state: ServerState) -> dict:
 
 
 def running(state: ServerState) -> dict:
-    """The server's own model (loaded for its life), then the models loaded on demand, most recently used first."""
+    """The server's own models (loaded for its life), then the models loaded on demand, most recently used first."""
     models = []
     if state.engine is not None:
         models.append(_running(state.model_name, state.engine, NEVER_EXPIRES))
+    for model in state.served.models:  # embedding and rerank models loaded at start, for the server's life
+        if model.encoder is not None:
+            models.append(_running_encoder(model.name, model.encoder, model.pooled.max_tokens, NEVER_EXPIRES))
     if state.host is not None:
         for model in sorted(state.host.loaded(), key=lambda m: -m.last_used):
             expires = model.expires_at
