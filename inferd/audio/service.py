@@ -16,7 +16,7 @@ from typing import BinaryIO
 from inferd.audio.decode import decode_upload
 from inferd.audio.encode import SpeechEncoder, check_format
 from inferd.audio.executor import AudioExecutor
-from inferd.audio.models import SpeechModels, Voice
+from inferd.audio.models import Locate, SpeechModels, Voice
 from inferd.audio.requirements import check_installed
 from inferd.audio.synthesize import SpeechRequest, synthesize
 from inferd.audio.transcribe import TranscriptionRequest, check_request, transcribe
@@ -36,12 +36,13 @@ class AudioService:
         self.max_seconds = max_seconds
 
     @classmethod
-    def from_config(cls, config) -> AudioService:
+    def from_config(cls, config, locate: Locate | None = None) -> AudioService:
         """Nothing loads here: a text-only server pays nothing for audio. Options
-        that can never work (a --voice that is not there) raise ValueError now."""
+        that can never work (a --voice that is not there) raise ValueError now.
+        `locate` finds --whisper-model and --voice by their names in the model store."""
         if config.max_audio_duration <= 0 or config.max_audio_size <= 0:
             raise ValueError("--max-audio-duration and --max-audio-size must be more than 0")
-        models = SpeechModels(config.whisper_model, config.voice, config.threads, config.audio_parallel)
+        models = SpeechModels(config.whisper_model, config.voice, config.threads, config.audio_parallel, locate)
         models.check()
         return cls(models, AudioExecutor(config.audio_parallel, config.audio_queue), config.max_audio_duration)
 

@@ -12,6 +12,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inferd.model_store.speech import is_piper_voice, is_whisper_folder
 from inferd.models.gguf_file import VOCABULARY_ARRAYS, GGUFError, GGUFFile
 
 # The files a Hugging Face model folder needs to be loaded and chatted with;
@@ -43,7 +44,11 @@ def folder_file_wanted(name: str) -> bool:
 
 
 def describe(path: Path) -> ModelFacts:
-    """`path`: a .gguf file or a Hugging Face folder."""
+    """`path`: a .gguf file, a Hugging Face folder, or a speech model (`speech.py`)."""
+    if is_piper_voice(path):
+        return ModelFacts(format="piper", architecture="vits", capabilities=["speech"])
+    if is_whisper_folder(path):
+        return ModelFacts(format="ctranslate2", architecture="whisper", capabilities=["transcription"])
     return describe_gguf(path) if path.is_file() else describe_folder(path)
 
 

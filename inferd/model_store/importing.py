@@ -1,4 +1,5 @@
-"""`inferd import`: a local .gguf file or Hugging Face folder into the store,
+"""`inferd import`: a local .gguf file or Hugging Face folder (or a speech
+model: a Whisper folder in CTranslate2 form, a Piper voice) into the store,
 hard-linked (no bytes copied; the store and the original then share them) or,
 with `copy`, copied."""
 
@@ -14,6 +15,7 @@ from inferd.model_store.hashing import sha256_of
 from inferd.model_store.layout import free_bytes
 from inferd.model_store.manifest import Manifest, StoredFile
 from inferd.model_store.names import ModelName
+from inferd.model_store.speech import speech_files
 from inferd.model_store.store import ModelStore
 
 
@@ -48,6 +50,9 @@ def default_name(source: Path) -> ModelName:
 
 
 def _model_files(source: Path) -> dict[str, Path]:
+    speech = speech_files(source)
+    if speech is not None:
+        return speech
     if source.is_file():
         if source.suffix != ".gguf":
             raise StoreError(f"{source} is not a .gguf file; import a GGUF file or a Hugging Face model folder")

@@ -3,6 +3,8 @@ the state first (the socket can open while weights load), then the model."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from fastapi import FastAPI
 
 from inferd.api.anthropic import batches as message_batches
@@ -16,6 +18,7 @@ from inferd.engine.async_engine import AsyncEngine
 from inferd.engine.engine import Engine
 from inferd.jobs.plane import JobPlane
 from inferd.jobs.runner import JobRunner
+from inferd.model_store.speech import stored_speech_model
 from inferd.models.loader import LoadedModel
 from inferd.server.job_dispatch import InProcessDispatch
 from inferd.server.pooled_models import serve_chat_model
@@ -32,7 +35,8 @@ def new_state(config: ServeConfig, model_name: str, api_keys: frozenset[str] = f
     Managed keys live in `key_store_dir` (None: in memory only); raises
     ValueError on a bad tenants option, TenantStoreError on a store that cannot be opened."""
     state = ServerState(config=config, model_name=model_name, api_keys=api_keys)
-    state.audio = AudioService.from_config(config)  # loads nothing until an audio request comes
+    # Loads nothing until an audio request comes; --whisper-model and --voice may be stored names.
+    state.audio = AudioService.from_config(config, partial(stored_speech_model, data_dir=config.data_dir))
     if config.metrics:
         state.metrics = server_metrics(state)
     state.tenants = open_tenants(key_store_dir, api_keys, storage=config.rate_limit_storage,

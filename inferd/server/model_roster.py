@@ -17,6 +17,7 @@ from pathlib import Path
 
 from inferd.config import ServeConfig
 from inferd.model_store import ModelStore, StoreError
+from inferd.model_store.speech import SPEECH_CAPABILITIES
 from inferd.models.default_embedding import BUNDLED_EMBEDDING_NAMES, DEFAULT_EMBEDDING_NAME, resolve_with_bundled
 from inferd.models.encoder_loader import folder_kind
 from inferd.models.paths import resolve_model_path
@@ -49,7 +50,9 @@ def read_roster(state: ServerState) -> list[HostedModel]:
     for source in config.models[1:]:
         name, path = resolve_model_path(source, config.data_dir)
         add([name], source, path.resolve(), _bytes(path), folder_kind(path))
-    stored = [(m, p) for m in _stored(config.data_dir) if (p := _stored_path(config.data_dir, m)) is not None]
+    stored = [(m, p) for m in _stored(config.data_dir)
+              if not SPEECH_CAPABILITIES & set(m.capabilities)  # --whisper-model's and --voice's
+              and (p := _stored_path(config.data_dir, m)) is not None]
     for manifest, path in stored:
         name = manifest.model_name
         kind = CHAT if {"chat", "completion"} & set(manifest.capabilities) else folder_kind(path)

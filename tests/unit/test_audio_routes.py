@@ -168,8 +168,8 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in heavy)))
 
 
 @pytest.mark.parametrize(("option", "value", "message"), [
-    ("voice", ["/nowhere/voice.onnx"], "--voice /nowhere/voice.onnx: not a Piper voice (give the .onnx file)"),
-    ("whisper_model", "/nowhere", "--whisper-model /nowhere: not a Whisper model in CTranslate2 form (no model.bin in it)"),
+    ("voice", ["/nowhere/voice.onnx"], "--voice /nowhere/voice.onnx: no such file or folder"),
+    ("whisper_model", "/nowhere", "--whisper-model /nowhere: no such file or folder"),
     ("audio_parallel", 0, "--audio-parallel must be at least 1"),
 ])
 def test_audio_options_that_can_never_work_stop_start_up(option, value, message):
