@@ -82,8 +82,8 @@ class MemoryCounters:
             if not amount:
                 continue
             current = await self.storage.get(t.key) > 0 if t.lease else await self.storage.get_expiry(t.key) == t.window
-            if current:
-                await self.storage.incr(t.key, t.expiry, -amount)
+            if current and await self.storage.incr(t.key, t.expiry, -amount) <= 0 and t.lease:
+                await self.storage.clear(t.key)  # as in Redis: the next lease starts a fresh expiry
 
     async def add(self, key: str, expiry: int, amount: int) -> None:
         await self.storage.incr(key, expiry, amount)
