@@ -13,12 +13,15 @@ from inferd.models.config import UnsupportedModelError
 # positions from padding_idx + 1; their checkpoints keep the unused rows.
 ENCODERS = {"bert": None, "roberta": "padding", "xlm-roberta": "padding", "camembert": "padding"}
 ModelKind = Literal["chat", "embed", "rerank"]
+# Encoders whose positions are rotary (or whose layers differ from BERT's): recognised as
+# encoders, so that loading one says what it is instead of failing as a chat model would.
+ROTARY_ENCODERS = ("modernbert", "nomic_bert", "roformer", "new")
 
 
 def model_kind(hf: dict[str, Any]) -> ModelKind:
     """`rerank` for a sequence-classification head on an encoder, `embed` for a
     bare encoder, `chat` for everything else (decoders, checked when built)."""
-    if hf.get("model_type") not in ENCODERS:
+    if hf.get("model_type") not in (*ENCODERS, *ROTARY_ENCODERS):
         return "chat"
     heads = hf.get("architectures") or []
     return "rerank" if any(name.endswith("ForSequenceClassification") for name in heads) else "embed"
@@ -52,6 +55,10 @@ class EncoderConfig:
     @classmethod
     def from_hf(cls, hf: dict[str, Any]) -> "EncoderConfig":
         model_type = hf.get("model_type", "")
+        if model_type in ROTARY_ENCODERS:
+            raise UnsupportedModelError(
+                f"model_type {model_type!r} is an encoder with rotary positions, which inferd does not run; "
+                f"encoders with absolute positions run: {', '.join(sorted(ENCODERS))}")
         if model_type not in ENCODERS:
             raise UnsupportedModelError(
                 f"model_type {model_type!r} is not an encoder inferd runs; encoders: {', '.join(sorted(ENCODERS))}")

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from inferd.config import ServeConfig
 from inferd.models.config import UnsupportedModelError
 from inferd.models.default_embedding import DEFAULT_EMBEDDING_NAME, resolve_with_bundled
 from inferd.models.encoder_config import model_kind
+from inferd.models.encoder_loader import load_encoder
 from inferd.models.encoder_tokenizer import truncated, truncated_pair
 from inferd.models.pooling_config import PoolingConfig, read_pooling_config
 from inferd.server.pooled_models import check_embedding_options
@@ -65,6 +67,20 @@ def test_model_kinds():
     assert model_kind({"model_type": "bert", "architectures": ["BertModel"]}) == "embed"
     assert model_kind({"model_type": "xlm-roberta", "architectures": ["XLMRobertaForSequenceClassification"]}) == "rerank"
     assert model_kind({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}) == "chat"
+    assert model_kind({"model_type": "modernbert", "architectures": ["ModernBertModel"]}) == "embed"
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ({"model_type": "modernbert"}, "model_type 'modernbert' is an encoder with rotary positions, which inferd does "
+                                   "not run; encoders with absolute positions run: bert, camembert, roberta, xlm-roberta"),
+    ({"model_type": "xlm-roberta", "position_embedding_type": "rotary"},
+     "position_embedding_type 'rotary' is not supported (absolute only)"),
+], ids=["modernbert", "jina-v3-style"])
+def test_rotary_encoders_are_refused_saying_so(tmp_path, config, message):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Model"], "vocab_size": 8, **config}))
+    with pytest.raises(UnsupportedModelError) as error:
+        load_encoder("rotary", tmp_path, torch.float32, torch.device("cpu"))
+    assert str(error.value) == message
 
 
 def test_embedding_options_are_checked_before_loading(tiny_model_dir):
