@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 from html.parser import HTMLParser
+from types import SimpleNamespace
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -13,7 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inferd.config import RouterOptions
 from inferd.console.routes import CSP, load_assets, open_paths
+from inferd.console.server_stats import server_stats
 from inferd.console.stats import quantile, registry_stats
+from inferd.engine.outputs import EngineStats
 from inferd.models.loader import load_model
 from inferd.router.app import build_router_app
 from inferd.router.assemble import build_router_state
@@ -169,6 +172,24 @@ def test_without_metrics_the_engine_numbers_remain(loaded):
     body = stats.json()
     assert body["metrics"] is False and body["counters"] == {} and body["histograms"] == {}
     assert body["models"][0]["generation_tokens_total"] == 5
+
+
+def engine_stats(running: int, generated: int) -> EngineStats:
+    return EngineStats(running=running, waiting=1, max_running=4, kv_blocks_total=100, kv_blocks_used=25, block_size=16,
+                       prefix_cache_queries=8, prefix_cache_hits=2, prompt_tokens_total=50, tokens_computed_total=60,
+                       generation_tokens_total=generated, preemptions=0, steps=9)
+
+
+def test_stats_name_every_loaded_model_with_its_own_engine_numbers():
+    def engine(stats):
+        return SimpleNamespace(stats=lambda: stats)
+
+    hosted = [SimpleNamespace(name="other", chat=SimpleNamespace(engine=engine(engine_stats(2, 40))))]
+    state = SimpleNamespace(metrics=None, started=0.0, model_name="own", engine=engine(engine_stats(1, 7)),
+                            host=SimpleNamespace(loaded=lambda: hosted))
+    models = server_stats(state)["models"]
+    assert [(m["name"], m["running"], m["generation_tokens_total"]) for m in models] == [("own", 1, 7), ("other", 2, 40)]
+    assert models[0]["kv_usage"] == 0.25 and models[0]["prefix_cache_hit_rate"] == 0.25
 
 
 def test_the_router_serves_the_console_with_its_fleet():
