@@ -8,6 +8,7 @@ under the test's temporary folder; nothing wider than the window)."""
 from __future__ import annotations
 
 import re
+import threading
 import time
 
 import httpx
@@ -182,7 +183,32 @@ def test_the_dashboard_moves_with_traffic(console, tenant_server):
                            f"{before + 8}")
     assert int(page.inner_text("#stat-generated").replace(",", "")) == before + 8
     assert page.inner_text("#dashboard-table tbody tr td:first-child") == "tiny"
+    wait_js(page, "/ms \\/ .* ms/.test(document.querySelector('#dashboard-table td[data-label^=\"TTFT\"]').textContent)")
     assert page.get_attribute(".chart svg", "aria-label").startswith("Tokens per second: generated")
+
+
+def test_a_request_card_cancels_its_request(console, tenant_server):
+    page = console
+    page.click("#tabs a[data-page=requests]")
+    ended = {}
+
+    def long_stream():
+        body = {"model": "tiny", "prompt": "go", "max_tokens": 400, "ignore_eos": True, "stream": True}
+        with admin_http(tenant_server) as http, http.stream("POST", "/v1/completions", json=body) as r:
+            ended["lines"] = [line for line in r.iter_lines() if line.startswith("data: ")]
+
+    thread = threading.Thread(target=long_stream)
+    thread.start()
+    try:
+        button = page.locator("#request-cards li.running button", has_text="Cancel")
+        button.first.wait_for(timeout=30_000)
+        request_id = button.first.get_attribute("aria-label").removeprefix("Cancel request ")
+        button.first.click()
+    finally:
+        thread.join(30)
+    assert any("error" in line for line in ended["lines"][-2:])  # the stream ended with the dialect's error event
+    page.locator(f"#request-cards li.cancelled[data-id='{request_id}']").wait_for()
+    assert latest_card(tenant_server)["state"] == "cancelled"
 
 
 def test_a_new_key_is_shown_once(console, tenant_server):

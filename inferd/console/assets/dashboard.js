@@ -33,6 +33,26 @@ function answered(series) {
   return (series ?? []).filter((s) => s.labels.route !== "/api/stats" && !s.labels.route.startsWith("/ui"));
 }
 
+// Per model, from the request cards of the last finished requests (the metrics' histograms are not per model).
+function latencyByModel(cards) {
+  const by = {};
+  for (const c of cards) {
+    if (c.time_to_first_token === null) continue;
+    const m = (by[c.model] ??= { ttft: [], tpot: [] });
+    m.ttft.push(c.time_to_first_token);
+    const later = c.usage.completion_tokens - 1;
+    if (later > 0) m.tpot.push((c.duration - c.time_to_first_token) / later);
+  }
+  return by;
+}
+
+function pair(values) {
+  if (!values?.length) return "–";
+  const sorted = [...values].sort((a, b) => a - b);
+  const at = (q) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+  return `${ms(at(0.5))} / ${ms(at(0.9))}`;
+}
+
 function tile(id, label) {
   return h("div", { class: "tile" }, h("span", { class: "label", id: `${id}-label`, text: label }),
     h("output", { id, "aria-labelledby": `${id}-label`, text: "–" }));
@@ -60,9 +80,10 @@ class ServerDashboard {
     };
   }
 
-  update(stats, previous) {
+  update(stats, previous, cards) {
     const dt = previous ? stats.time - previous.time : 0;
     const before = Object.fromEntries((previous?.models ?? []).map((m) => [m.name, m]));
+    const latency = latencyByModel(cards ?? []);
     const models = stats.models.map((m) => ({
       ...m, speed: rate(m.generation_tokens_total, before[m.name]?.generation_tokens_total, dt),
     }));
@@ -107,6 +128,8 @@ class ServerDashboard {
       { title: "Tokens/s", cell: (m) => number(m.speed, 1) },
       { title: "Generated", cell: (m) => number(m.generation_tokens_total) },
       { title: "Preemptions", cell: (m) => number(m.preemptions) },
+      { title: "TTFT p50 / p90, recent", cell: (m) => pair(latency[m.name]?.ttft) },
+      { title: "TPOT p50 / p90, recent", cell: (m) => pair(latency[m.name]?.tpot) },
     ], models, "No chat model is loaded.");
   }
 }
@@ -158,8 +181,9 @@ export function dashboardPage(role) {
   const view = role === "router" ? new RouterDashboard() : new ServerDashboard();
   let previous = null;
   const poller = new Poller(async () => {
-    const stats = await api("api/stats");
-    view.update(stats, previous);
+    const [stats, cards] = await Promise.all([api("api/stats"),
+      role === "server" ? api("v1/requests?state=done").then((r) => r.data, () => null) : null]);
+    view.update(stats, previous, cards);
     if (!previous) performance.mark("console:first-stats");  // when the numbers first showed (benchmarks read it)
     previous = stats;
   }, POLL_SECONDS);
