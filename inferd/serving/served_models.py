@@ -54,7 +54,7 @@ class ServedModels:
         # The models this process loads on demand, (name, tasks) each: named in a 404, loaded by
         # server.model_select before the route runs.
         self.on_demand: Callable[[], list[tuple[str, list[str]]]] = lambda: []
-        # How many models load on demand, of any kind (the one-model rule counts them).
+        # How many models someone chose load on demand, of any kind (the one-model rule counts them).
         self.hosted: Callable[[], int] = lambda: 0
         self.loaded = False  # every model is in; until then a missing task may still be loading
         self.default: str | None = None  # --default-model: serves requests naming a model served nowhere here
@@ -71,7 +71,8 @@ class ServedModels:
         --default-model, else (unless --strict-model-names) the only model served.
         Clients send their own defaults (gpt-4o, claude-..., test) to one-model servers.
         "Only" counts every model: chat and embedding ones loaded at start and those
-        loaded on demand (further --model models, the store's); with two, a name must mean one."""
+        loaded on demand (further --model models, the store's, less the bundled one every
+        store lists); with two, a name must mean one."""
         model = self.named(name)
         if model is not None or self.strict:
             return model

@@ -14,6 +14,7 @@ from inferd import __version__
 from inferd.chat.template import ChatTemplate
 from inferd.config import ServeConfig
 from inferd.engine.async_engine import AsyncEngine
+from inferd.models.default import DEFAULT_MODEL_NAME
 from inferd.models.loader import LoadedModel
 from inferd.http.errors import NotFound, ServiceUnavailable
 from inferd.serving.cards import RequestCards
@@ -91,7 +92,13 @@ class ServerState:
         if self.config.alias:
             self.model_name = self.config.alias[0]
         self.served.default, self.served.strict = self.config.default_model, self.config.strict_model_names
-        self.served.hosted = lambda: len(self.host.models) if self.host is not None else 0
+        self.served.hosted = self._chosen_models_on_demand
+
+    def _chosen_models_on_demand(self) -> int:
+        """The models loaded on demand that someone chose to serve: not the bundled Gemma,
+        which every store lists from its first use."""
+        models = self.host.models if self.host is not None else []
+        return sum(1 for m in models if DEFAULT_MODEL_NAME not in m.names)
 
     @property
     def ready(self) -> bool:
