@@ -13,9 +13,11 @@ Each step the scheduler hands out a token budget:
    interactive request starts on the next step even when batch work fills
    the engine.
 Low-priority (background) prefill is chunked to `background_tokens` per
-step in all (an eighth of the budget), so an urgent request never waits
-behind, or shares a step with, more than that much background prefill. A long prompt therefore delays
-running decodes by at most one chunk.
+step in all (a sixteenth of the budget), so an urgent request never waits
+behind more than that, and it pauses while a more urgent request has prompt
+left to compute, so an interactive prefill shares its step with background
+decodes only. A long prompt therefore delays running decodes by at most one
+chunk.
 """
 
 from __future__ import annotations
@@ -37,12 +39,12 @@ class SchedulerConfig:
     max_model_len: int = 4096
     max_queue: int = 256
     block_size: int = 16
-    # low-priority prefill tokens per step, all such requests together; None: an eighth of the budget
+    # low-priority prefill tokens per step, all such requests together; None: a sixteenth of the budget
     background_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.background_tokens is None:
-            self.background_tokens = max(1, self.max_num_batched_tokens // 8)
+            self.background_tokens = max(1, self.max_num_batched_tokens // 16)
 
 
 @dataclass
@@ -95,7 +97,7 @@ class Scheduler:
     # -- one step ----------------------------------------------------------
     def schedule(self) -> ScheduledBatch:
         budget = self.config.max_num_batched_tokens
-        self._background_left = self.config.background_tokens
+        self._background_left = 0 if self._urgent_prefill() else self.config.background_tokens
         batch = ScheduledBatch()
         self.running.sort(key=Request.sort_key)
         for req in list(self.running):
@@ -145,22 +147,28 @@ class Scheduler:
             budget -= self._give(req, num_new, batch)
         return batch
 
+    def _urgent_prefill(self) -> bool:
+        """Whether a request above low priority has prompt left to compute (or waits to start)."""
+        return any(r.priority < Priority.LOW for r in self.waiting) or any(
+            r.priority < Priority.LOW and r.num_computed_tokens + 1 < r.num_tokens for r in self.running)
+
     def _chunk(self, req: Request, budget: int) -> int:
         """The tokens `req` may compute this step: what it has left, within the budget; background
         prefill also within what is left of `background_tokens` (speculative drafts are never cut)."""
         num_new = min(req.num_tokens + len(req.draft_token_ids) - req.num_computed_tokens, budget)
-        if self._is_background_prefill(req, num_new):
+        if self._is_background_prefill(req):
             num_new = min(num_new, self._background_left)
         return num_new
 
     @staticmethod
-    def _is_background_prefill(req: Request, num_new: int) -> bool:
-        return req.priority is Priority.LOW and num_new > 1 and not req.draft_token_ids
+    def _is_background_prefill(req: Request) -> bool:
+        """Low priority with more than its next token to compute (a prompt, or a recompute)."""
+        return req.priority is Priority.LOW and not req.draft_token_ids and req.num_computed_tokens + 1 < req.num_tokens
 
     def _give(self, req: Request, num_new: int, batch: ScheduledBatch) -> int:
         batch.requests.append(req)
         batch.num_new_tokens.append(num_new)
-        if self._is_background_prefill(req, num_new):
+        if self._is_background_prefill(req):
             self._background_left -= num_new
         return num_new
 
@@ -222,7 +230,7 @@ class Scheduler:
             i = batch.requests.index(req)
             batch.requests.pop(i)
             given = batch.num_new_tokens.pop(i)
-            if self._is_background_prefill(req, given):
+            if self._is_background_prefill(req):
                 self._background_left += given
         batch.preempted.append(req)
         self.running.remove(req)

@@ -123,23 +123,32 @@ def test_background_prefill_is_chunked_in_all_but_decodes_and_urgent_prefill_are
     assert batch.requests == [b1] and batch.num_new_tokens == [8]  # b2 was not admitted: nothing left
     batch = step(s)
     assert batch.requests == [b1, b2] and batch.num_new_tokens == [4, 4]
-    urgent = req("u", 40, first=100)
-    s.add(urgent)
     batch = step(s)
-    assert batch.requests == [b1, b2, urgent] and batch.num_new_tokens == [1, 8, 40]
+    assert batch.requests == [b1, b2] and batch.num_new_tokens == [1, 8]
+    b3 = req("b3", 30, LOW, first=150)
+    s.add(b3)
+    batch = step(s)
+    assert batch.requests == [b1, b2, b3] and batch.num_new_tokens == [1, 1, 8]  # decodes are not background prefill
+    urgent = req("u", 40, first=200)
+    s.add(urgent)
+    batch = step(s)  # while an urgent prompt is computed, background prefill pauses; its decodes go on
+    assert batch.requests == [b1, b2, urgent] and batch.num_new_tokens == [1, 1, 40]
+    batch = step(s)
+    assert batch.requests == [urgent, b1, b2, b3] and batch.num_new_tokens == [1, 1, 1, 8]
 
 
-def test_background_prefill_takes_an_eighth_of_the_budget_and_running_requests_go_most_urgent_first():
-    s = make(num_blocks=64, max_num_seqs=4, max_num_batched_tokens=16)
+def test_background_prefill_takes_a_sixteenth_of_the_budget_and_running_requests_go_most_urgent_first():
+    s = make(num_blocks=64, max_num_seqs=4, max_num_batched_tokens=32)
     b = req("b", 40, LOW)
     s.add(b)
     assert step(s).num_new_tokens == [2]
-    u = req("u", 40, first=100)
+    u = req("u", 60, first=100)
     s.add(u)
-    batch = step(s)  # u was waiting: admitted after the running b
-    assert batch.requests == [b, u] and batch.num_new_tokens == [2, 14]
-    batch = step(s)  # both running: u first, and the budget is spent before b's turn
-    assert batch.requests == [u] and batch.num_new_tokens == [16]
+    batch = step(s)  # u waits: b's prefill pauses, u is admitted
+    assert batch.requests == [u] and batch.num_new_tokens == [32]
+    s.config.background_tokens = 32
+    batch = step(s)  # both running, u first: the budget is spent before b's turn
+    assert batch.requests == [u] and batch.num_new_tokens == [28]
 
 
 # -- exact output across a preemption, on the tiny model ---------------------
