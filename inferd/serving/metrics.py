@@ -54,7 +54,8 @@ class EngineStatsCollector(Collector):
         yield GaugeMetricFamily("inferd_speculative_acceptance_rate",
                                 "draft tokens kept, of those verified since start (0 before any)",
                                 value=stats.draft_acceptance_rate)
-        yield CounterMetricFamily("inferd_preemptions", "running requests preempted to free KV-cache blocks",
+        yield CounterMetricFamily("inferd_preemptions",
+                                  "running requests preempted (to free KV-cache blocks, or for a request of higher priority)",
                                   value=stats.preemptions)
 
 
