@@ -1,8 +1,8 @@
 """Which files of a Hugging Face repository make the model a name asks for.
 
 `owner/repo` is the repository's safetensors folder (only the files a model
-needs: `describe.folder_file_wanted`), or its one GGUF file when it holds
-nothing else; `owner/repo:Q4_K_M` is the GGUF file of that quantization.
+needs: `describe.folder_file_wanted`), a Whisper model in CTranslate2 form
+(`speech.WHISPER_FILES`), or its one GGUF file when it holds nothing else; `owner/repo:Q4_K_M` is the GGUF file of that quantization.
 A quantization that is missing or matches several files is an error that
 lists what the repository has.
 """
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from inferd.model_store.describe import folder_file_wanted
 from inferd.model_store.errors import BadModelName
 from inferd.model_store.names import DEFAULT_TAG, ModelName
+from inferd.model_store.speech import WHISPER_FILES
 
 _SHARD = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
 _QUANT = re.compile(r"(?<![A-Za-z0-9])((?:UD-)?I?Q\d[A-Z0-9_]*?|BF16|F16|F32|MXFP4(?:_MOE)?)(?=[.-]|$)", re.I)
@@ -50,6 +51,9 @@ def choose_files(name: ModelName, files: list[HubFile]) -> tuple[str, list[HubFi
     folder = [f for f in files if folder_file_wanted(f.name)]
     if any(f.name == "config.json" for f in folder) and any(f.name.endswith(".safetensors") for f in folder):
         return "safetensors", folder
+    whisper = [f for f in files if f.name in WHISPER_FILES]
+    if {"model.bin", "config.json"} <= {f.name for f in whisper}:
+        return "ctranslate2", whisper
     if len(ggufs) == 1:
         return "gguf", ggufs
     if ggufs:

@@ -71,3 +71,20 @@ def test_a_name_that_is_no_such_model_stops_start_up(store_dir, option, value, m
     with pytest.raises(ValueError) as error:
         AudioService.from_config(ServeConfig(data_dir=store_dir, **{option: value}), locate(store_dir))
     assert str(error.value) == message
+
+
+def test_a_whisper_repository_pulls_as_a_ctranslate2_folder(tmp_path, monkeypatch):
+    """Only the files faster-whisper reads come (not the README), and the name resolves for --whisper-model."""
+    from hub_server import HubServer
+    from inferd.model_store.pull import pull
+
+    files = {"model.bin": b"\1" * 5000, "config.json": b'{"suppress_ids": []}', "tokenizer.json": b"{}",
+             "vocabulary.txt": b"a\nb\n", "README.md": b"# whisper"}
+    with HubServer() as hub:
+        hub.add_repo("acme/whisper-tiny-ct2", files)
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        manifest = pull(ModelStore.open(tmp_path), "acme/whisper-tiny-ct2")
+    assert (manifest.format, manifest.capabilities) == ("ctranslate2", ["transcription"])
+    assert sorted(f.name for f in manifest.files) == ["config.json", "model.bin", "tokenizer.json", "vocabulary.txt"]
+    name, folder = stored_speech_model("acme/whisper-tiny-ct2", str(tmp_path))
+    assert name == "acme/whisper-tiny-ct2" and (folder / "model.bin").read_bytes() == files["model.bin"]
