@@ -87,6 +87,19 @@ def test_save_erase_restore_gives_the_cache_back(server, folder):
     assert again["n_saved"] == n_saved
 
 
+def test_a_file_restores_into_a_fresh_server(server, loaded, folder):
+    """What the files are for: a prefix computed before a restart is not computed again."""
+    prompt = "Computed before the restart, restored after it."
+    first = complete(server.app, prompt)
+    assert action(server.app, 0, "save", {"filename": "restart.slot"}).status_code == 200
+    with served(loaded, small_config(block_size=BLOCK, slot_save_path=str(folder))) as fresh:
+        restored = action(fresh.app, 0, "restore", {"filename": "restart.slot"}).json()
+        assert restored["n_restored"] > 0
+        again = complete(fresh.app, prompt)
+    assert again["tokens_cached"] == (first["tokens_evaluated"] - 1) // BLOCK * BLOCK
+    assert again["content"] == first["content"]
+
+
 def test_an_action_on_a_busy_slot_waits_for_its_request_to_end(server):
     """As llama-server defers it: the save sees the whole finished sequence."""
     async def steps(c):
