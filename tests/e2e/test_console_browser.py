@@ -7,6 +7,7 @@ under the test's temporary folder; nothing wider than the window)."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -54,13 +55,29 @@ def console(browser, tenant_server):
     page.context.close()
 
 
+@pytest.fixture(scope="module")
+def batch(tenant_server):
+    """A two-item batch, made by the first test that names it, so that it has run by the time its own test looks."""
+    lines = [json.dumps({"custom_id": f"console-{i}", "method": "POST", "url": "/v1/chat/completions",
+                         "body": {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}})
+             for i in range(2)]
+    with tenant_server.openai() as client:
+        uploaded = client.files.create(file=("console.jsonl", "\n".join(lines).encode()), purpose="batch")
+        return client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                     completion_window="24h")
+
+
 def admin_http(server) -> httpx.Client:
     return server.http(headers={"Authorization": f"Bearer {TENANT_ADMIN}"}, timeout=30)
 
 
-def latest_card(server) -> dict:
+def cards(server) -> list[dict]:
     with admin_http(server) as http:
-        return http.get("/v1/requests").json()["data"][0]
+        return http.get("/v1/requests").json()["data"]
+
+
+def latest_card(server) -> dict:
+    return cards(server)[0]
 
 
 def wait_js(page, expression: str, timeout: float = 30.0):
@@ -101,7 +118,7 @@ def test_the_page_asks_for_a_key_once_and_sends_it_as_bearer(browser, tenant_ser
     page.context.close()
 
 
-def test_chat_streams_an_answer_with_its_numbers_and_keeps_the_conversation(console, tenant_server):
+def test_chat_streams_an_answer_with_its_numbers_and_keeps_the_conversation(console, tenant_server, batch):
     page = console
     page.fill("#chat-max-tokens", "64")
     page.fill("#chat-temperature", "0")
@@ -189,26 +206,44 @@ def test_the_dashboard_moves_with_traffic(console, tenant_server):
 
 def test_a_request_card_cancels_its_request(console, tenant_server):
     page = console
-    page.click("#tabs a[data-page=requests]")
+    page.click("#tabs a[data-page=chat]")
     ended = {}
 
     def long_stream():
-        body = {"model": "tiny", "prompt": "go", "max_tokens": 400, "ignore_eos": True, "stream": True}
+        body = {"model": "tiny", "prompt": "go", "max_tokens": 480, "ignore_eos": True, "stream": True}
         with admin_http(tenant_server) as http, http.stream("POST", "/v1/completions", json=body) as r:
             ended["lines"] = [line for line in r.iter_lines() if line.startswith("data: ")]
 
     thread = threading.Thread(target=long_stream)
     thread.start()
     try:
+        deadline = time.monotonic() + 30
+        while not any(c["state"] == "running" for c in cards(tenant_server)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        page.click("#tabs a[data-page=requests]")  # the page asks for the cards at once
         button = page.locator("#request-cards li.running button", has_text="Cancel")
         button.first.wait_for(timeout=30_000)
         request_id = button.first.get_attribute("aria-label").removeprefix("Cancel request ")
         button.first.click()
     finally:
         thread.join(30)
-    assert any("error" in line for line in ended["lines"][-2:])  # the stream ended with the dialect's error event
+    assert any("error" in line for line in ended["lines"][-2:]), (ended["lines"][-3:], latest_card(tenant_server))
     page.locator(f"#request-cards li.cancelled[data-id='{request_id}']").wait_for()
     assert latest_card(tenant_server)["state"] == "cancelled"
+
+
+def test_a_batch_shows_its_progress_and_results(console, batch):
+    page = console
+    page.click("#tabs a[data-page=requests]")
+    row = page.locator("#jobs-table tr", has_text=batch.id)
+    row.wait_for()
+    wait_js(page, f"[...document.querySelectorAll('#jobs-table tr')].some((tr) => tr.textContent.includes("
+                  f"{batch.id!r}) && tr.textContent.includes('completed') && tr.textContent.includes('2/2'))")
+    page.get_by_role("button", name=f"Show the results of job {batch.id}").click()
+    page.wait_for_selector("#job-result", state="visible")
+    result = page.inner_text("#job-result")
+    assert result.startswith(f"batch {batch.id}") and '"custom_id": "console-0"' in result.replace('":"', '": "')
+    assert '"console-1"' in result
 
 
 def test_a_new_key_is_shown_once(console, tenant_server):
