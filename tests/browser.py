@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import pytest
 
-PACKAGE = "chromium"
+PACKAGES = ["chromium", "fonts-liberation"]  # the fonts chromium recommends: readable screenshots
 # Headless, and quiet: with the closed network here, chromium's own background
 # connections (updates, sync, field trials) would only fail, many at a time.
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -30,7 +30,7 @@ def find_chromium() -> str | None:
     if found or os.geteuid() != 0 or not shutil.which("apt-get"):
         return found
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "--no-install-recommends", PACKAGE]
+    install = ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES]
     if subprocess.run(install, env=env, capture_output=True).returncode != 0:
         subprocess.run(["apt-get", "update"], env=env, capture_output=True)  # a clean machine has no lists yet
         subprocess.run(install, env=env, capture_output=True)
@@ -40,7 +40,8 @@ def find_chromium() -> str | None:
 def chromium_or_skip() -> str:
     found = find_chromium()
     if found is None:
-        how = "as root it is installed with apt-get" if os.geteuid() == 0 else f"install {PACKAGE} (apt) or run as root"
+        how = ("as root it is installed with apt-get, which failed" if os.geteuid() == 0
+               else f"install {' '.join(PACKAGES)} (apt) or run as root")
         pytest.skip(f"the console's browser tests need Debian's chromium; {how}")
     return found
 
@@ -55,10 +56,10 @@ class Browser:
 
     @classmethod
     def launch(cls) -> Browser:
-        from playwright.sync_api import sync_playwright
-
+        sync_api = pytest.importorskip("playwright.sync_api", reason="the console's browser tests need playwright "
+                                                                     "(the test extra: pip install -e '.[test]')")
         executable = chromium_or_skip()
-        playwright = sync_playwright().start()
+        playwright = sync_api.sync_playwright().start()
         try:
             chromium = playwright.chromium.launch(executable_path=executable, args=FLAGS)
         except Exception:
