@@ -61,27 +61,31 @@ async def slot_action(state: ServerState, slot_id: int, action: str | None, body
         raise BadRequest(f"Invalid slot ID {slot_id}: this server has slots 0 to {slots - 1} (--parallel {slots})",
                          param="id_slot")
     if action == "erase":
-        return {"id_slot": slot_id, "n_erased": await _when_idle(engine, slot_id, erase)}
+        return {"id_slot": slot_id, "n_erased": (await _when_idle(engine, slot_id, erase))[0]}
     filename = checked_filename((body or {}).get("filename"))
     path = Path(state.config.slot_save_path) / filename
-    started = time.perf_counter()
     if action == "save":
-        return await _save(engine, slot_id, filename, path, started)
-    return await _restore(engine, slot_id, filename, path, started)
+        return await _save(engine, slot_id, filename, path)
+    return await _restore(engine, slot_id, filename, path)
 
 
-async def _when_idle(engine: AsyncEngine, slot: int, work):
+async def _when_idle(engine: AsyncEngine, slot: int, work) -> tuple[object, float]:
     """`work(engine, slot)` on the engine thread, once no request runs in `slot`: checked and
-    done in one call, so no request can take the slot in between."""
+    done in one call, so no request can take the slot in between. Returns its result and
+    when it started (perf_counter), so timings leave out the wait, as llama-server's do."""
+    def attempt(e):
+        started = time.perf_counter()
+        return (False, None, started) if slot_busy(e, slot) else (True, work(e, slot), started)
+
     while True:
-        idle, result = await engine.call(lambda e: (False, None) if slot_busy(e, slot) else (True, work(e, slot)))
+        idle, result, started = await engine.call(attempt)
         if idle:
-            return result
+            return result, started
         await asyncio.sleep(IDLE_POLL_SECONDS)
 
 
-async def _save(engine: AsyncEngine, slot: int, filename: str, path: Path, started: float) -> dict:
-    cache = await _when_idle(engine, slot, snapshot)
+async def _save(engine: AsyncEngine, slot: int, filename: str, path: Path) -> dict:
+    cache, started = await _when_idle(engine, slot, snapshot)
     try:
         written = await asyncio.to_thread(write_file, path, cache)
     except OSError as error:
@@ -90,14 +94,16 @@ async def _save(engine: AsyncEngine, slot: int, filename: str, path: Path, start
             "timings": {"save_ms": _ms_since(started)}}
 
 
-async def _restore(engine: AsyncEngine, slot: int, filename: str, path: Path, started: float) -> dict:
+async def _restore(engine: AsyncEngine, slot: int, filename: str, path: Path) -> dict:
+    reading = time.perf_counter()
     try:
         cache, read = await asyncio.to_thread(read_file, path)
-        restored = await _when_idle(engine, slot, lambda e, s: install(e, s, cache))
+        read_seconds = time.perf_counter() - reading
+        restored, started = await _when_idle(engine, slot, lambda e, s: install(e, s, cache))
     except SlotFileError as error:
         raise BadRequest(str(error), param="filename") from None
     return {"id_slot": slot, "filename": filename, "n_restored": restored, "n_read": read,
-            "timings": {"restore_ms": _ms_since(started)}}
+            "timings": {"restore_ms": read_seconds * 1000 + _ms_since(started)}}
 
 
 def _ms_since(started: float) -> float:
