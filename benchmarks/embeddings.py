@@ -11,7 +11,9 @@ sentence. Both run in this process with the same
 torch threads, alternating which goes first each round; the table shows the
 median of the rounds. `--http` adds the same rows against a real `inferd
 serve --model all-minilm-l6-v2` process (its own threads, over HTTP).
-Only ratios are comparable across runs on a shared machine.
+Only ratios are comparable across runs on a shared machine. For what a CPU
+without AVX-512 gets, hold both sides' vector units to AVX2:
+`ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 INFERD_ISA=avx2`.
 """
 
 from __future__ import annotations
