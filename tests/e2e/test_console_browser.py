@@ -278,6 +278,15 @@ def test_a_new_key_is_shown_once(console, tenant_server):
     page.reload()
     page.wait_for_selector("#keys-table tr:has-text('console-made')")
     assert secret not in page.content()  # shown once: the listing never holds it
+    page.get_by_role("button", name="Rotate console-made").click()
+    page.wait_for_selector("#key-secret", state="visible")
+    rotated = page.inner_text("#key-secret-value")
+    page.get_by_role("button", name="Disable console-made").click()
+    page.get_by_role("button", name="Enable console-made").wait_for()
+    with tenant_server.http() as http:
+        status = {s: http.get("/v1/models", headers={"Authorization": f"Bearer {s}"}).status_code
+                  for s in (secret, rotated)}
+    assert rotated != secret and status == {secret: 401, rotated: 401}  # the old one rotated away, the new disabled
     delete = page.locator("#keys-table tr", has_text="console-made").get_by_role("button", name="Delete console-made")
     delete.click()
     delete.click()  # asks once more
