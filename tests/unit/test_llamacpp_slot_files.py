@@ -100,6 +100,26 @@ def test_a_file_restores_into_a_fresh_server(server, loaded, folder):
     assert again["content"] == first["content"]
 
 
+def test_erase_and_restore_reach_kv_event_subscribers(server):
+    """A router's precise policy learns of blocks gone and back as of any others."""
+    complete(server.app, "KV events follow the slot files.")
+
+    async def steps(c):
+        await c.post("/slots/0?action=save", json={"filename": "events.slot"})
+        subscription = await server.state.engine.subscribe_kv_events()
+        erased = (await c.post("/slots/0?action=erase")).json()
+        gone = await asyncio.wait_for(subscription.next(), 30)
+        await c.post("/slots/0?action=restore", json={"filename": "events.slot"})
+        back = await asyncio.wait_for(subscription.next(), 30)
+        subscription.close()
+        return set(subscription.snapshot.hashes), erased, gone, back
+
+    held, erased, gone, back = run(server.app, steps)
+    assert len(gone.removed) == erased["n_erased"] // BLOCK > 0 and not gone.stored
+    assert set(gone.removed) <= held
+    assert back.stored == gone.removed and not back.removed
+
+
 def test_an_action_on_a_busy_slot_waits_for_its_request_to_end(server):
     """As llama-server defers it: the save sees the whole finished sequence."""
     async def steps(c):
