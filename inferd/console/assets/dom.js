@@ -61,6 +61,35 @@ export function notify(message, kind = "error") {
   notice.hidden = !message;
 }
 
+// A small button that runs `action(button)`, disabled while it runs; an error goes to `notify`.
+export function actionButton(text, label, action) {
+  const el = h("button", { type: "button", class: "small", text, "aria-label": label });
+  el.addEventListener("click", async () => {
+    el.disabled = true;
+    try {
+      await action(el);
+    } catch (e) {
+      notify(e.message);
+    } finally {
+      el.disabled = false;
+    }
+  });
+  return el;
+}
+
+// A destructive button asks once more: the first press relabels it, a second within 5 s acts.
+export function confirmed(el) {
+  if (el.dataset.confirm === "yes") return true;
+  const text = el.textContent;
+  el.dataset.confirm = "yes";
+  el.textContent = "Really delete?";
+  setTimeout(() => {
+    el.dataset.confirm = "";
+    el.textContent = text;
+  }, 5000);
+  return false;
+}
+
 // Runs `task` now and every `seconds` while started; errors go to `notify`.
 export class Poller {
   constructor(task, seconds) {

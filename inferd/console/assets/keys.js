@@ -2,7 +2,7 @@
 // button), scopes and limits, rotate, disable or enable, delete, today's usage.
 
 import { api, ApiError } from "./api.js";
-import { fillTable, h, notify, number, when } from "./dom.js";
+import { actionButton, confirmed, fillTable, h, notify, number, when } from "./dom.js";
 
 const $ = (id) => document.getElementById(id);
 const WAIT = "wait";  // an action that asks once more before it acts
@@ -47,19 +47,11 @@ function showSecret(name, secret) {
   $("key-copy").focus();
 }
 
+// An action on a key, and the listing again after it (unless it waits for more from the user).
 function button(text, label, action) {
-  const el = h("button", { type: "button", class: "small", text, "aria-label": label });
-  el.addEventListener("click", async () => {
-    el.disabled = true;
-    try {
-      if (await action(el) !== WAIT) await refresh();
-    } catch (e) {
-      notify(e.message);
-    } finally {
-      el.disabled = false;
-    }
+  return actionButton(text, label, async (el) => {
+    if (await action(el) !== WAIT) await refresh();
   });
-  return el;
 }
 
 let editing = null;  // the name of the key the form edits; null: the form creates one
@@ -96,11 +88,7 @@ function actions(k) {
       await api(path, { method: "PATCH", json: { disabled: !k.disabled } });
     }),
     button("Delete", `Delete ${k.name}`, async (el) => {
-      if (el.dataset.confirm !== "yes") {
-        el.dataset.confirm = "yes";
-        el.textContent = "Really delete?";
-        return WAIT;
-      }
+      if (!confirmed(el)) return WAIT;
       await api(path, { method: "DELETE" });
       notify(`Key ${k.name} is deleted.`, "info");
     }));

@@ -3,7 +3,7 @@
 // generate, keep_alive 0 to unload) and delete (/api/delete).
 
 import { api, lines } from "./api.js";
-import { bytes, fillTable, h, notify } from "./dom.js";
+import { actionButton as button, bytes, confirmed, fillTable, h, notify } from "./dom.js";
 
 const $ = (id) => document.getElementById(id);
 const short = (name) => name.replace(/:latest$/, "");
@@ -32,21 +32,6 @@ function state(m) {
   return `loaded until ${new Date(m.running.expires_at).toLocaleTimeString("en-GB")}`;
 }
 
-function button(text, label, action) {
-  const el = h("button", { type: "button", class: "small", text, "aria-label": label });
-  el.addEventListener("click", async () => {
-    el.disabled = true;
-    try {
-      await action(el);
-    } catch (e) {
-      notify(e.message);
-    } finally {
-      el.disabled = false;
-    }
-  });
-  return el;
-}
-
 function actions(m) {
   const name = m.name;
   const own = m.running?.expires_at === FOREVER;
@@ -66,12 +51,7 @@ function actions(m) {
   }
   if (m.digest && !own) {  // stored: it can be deleted (asks once more first)
     cell.append(button("Delete", `Delete ${name}`, async (el) => {
-      if (el.dataset.confirm !== "yes") {
-        el.dataset.confirm = "yes";
-        el.textContent = "Really delete?";
-        setTimeout(() => { el.dataset.confirm = ""; el.textContent = "Delete"; }, 5000);
-        return;
-      }
+      if (!confirmed(el)) return;
       await api("api/delete", { method: "DELETE", json: { model: name } });
       notify(`${name} is deleted from the store.`, "info");
       await refresh();

@@ -2,24 +2,11 @@
 // interrupt, and the batches and jobs (/v1/jobs) with progress and results.
 
 import { api, ApiError } from "./api.js";
-import { fillTable, h, keepFocus, ms, notify, number, Poller, when } from "./dom.js";
+import { actionButton as button, fillTable, h, keepFocus, ms, number, Poller, when } from "./dom.js";
 
 const $ = (id) => document.getElementById(id);
 const POLL_SECONDS = 1;
 const ACTIVE = ["validating", "queued", "in_progress", "finalizing"];  // jobs that can still be cancelled
-
-function button(text, label, action) {
-  const el = h("button", { type: "button", class: "small", text, "aria-label": label });
-  el.addEventListener("click", async () => {
-    el.disabled = true;
-    try {
-      await action();
-    } catch (e) {
-      notify(e.message);
-    }
-  });
-  return el;
-}
 
 function card(r) {
   const live = r.state === "queued" || r.state === "running";
