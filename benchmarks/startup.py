@@ -33,8 +33,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_to_health(tree: Path, serve_args: list[str], timeout: float = 300) -> tuple[float, str]:
-    """Seconds from process start to /health 200, and the server's line saying how long the load took."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_to_health(tree: Path, serve_args: list[str], timeout: float = 300) -> tuple[float, float, str]:
+    """Seconds from process start to /health 200, the CPU seconds the server
+    spent by then (steadier than wall time on a loaded host), and how long
+    the server says the model load took."""
     port = free_port()
     argv = [sys.executable, "-m", "inferd.cli", "serve", "--port", str(port), *serve_args]
     with tempfile.TemporaryFile("w+") as log:
@@ -48,7 +56,7 @@ def start_to_health(tree: Path, serve_args: list[str], timeout: float = 300) -> 
                     raise RuntimeError(f"the server in {tree} exited: {log.read()[-2000:]}")
                 try:
                     if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                        elapsed = time.perf_counter() - started
+                        elapsed, cpu = time.perf_counter() - started, cpu_seconds(proc.pid)
                         break
                 except httpx.HTTPError:
                     pass
@@ -60,7 +68,7 @@ def start_to_health(tree: Path, serve_args: list[str], timeout: float = 300) -> 
             proc.wait()
         log.seek(0)
         loaded = next((line.strip() for line in log if " loaded " in line), "")
-    return elapsed, loaded[loaded.find(" in ") + 4:].split(";")[0] if loaded else "?"
+    return elapsed, cpu, loaded[loaded.find(" in ") + 4:].split(";")[0] if loaded else "?"
 
 
 def load_average() -> str:
@@ -80,20 +88,24 @@ def main() -> None:
     for name, tree in trees.items():  # caches written, pages warm
         start_to_health(tree, serve_args)
     times: dict[str, list[float]] = {name: [] for name in trees}
+    cpus: dict[str, list[float]] = {name: [] for name in trees}
     for r in range(args.rounds):
         order = list(trees) if r % 2 == 0 else list(reversed(trees))
         for name in order:
-            seconds, load = start_to_health(trees[name], serve_args)
+            seconds, cpu, load = start_to_health(trees[name], serve_args)
             times[name].append(seconds)
-            print(f"round {r + 1} {name:<10} {seconds:6.2f} s to /health (model load {load}), "
+            cpus[name].append(cpu)
+            print(f"round {r + 1} {name:<10} {seconds:6.2f} s to /health, {cpu:5.2f} CPU s (model load {load}), "
                   f"load average {load_average()}", flush=True)
     print()
     for name, values in times.items():
-        print(f"{name:<10} median {statistics.median(values):.2f} s, best {min(values):.2f} s over {len(values)} starts")
+        print(f"{name:<10} median {statistics.median(values):.2f} s, best {min(values):.2f} s over {len(values)} starts; "
+              f"CPU median {statistics.median(cpus[name]):.2f} s")
     if args.baseline:
         ratios = [a / b for a, b in zip(times["this tree"], times["baseline"])]
         print(f"this tree / baseline: median of medians {statistics.median(times['this tree']) / statistics.median(times['baseline']):.2f}, "
-              f"per round {', '.join(f'{r:.2f}' for r in ratios)}")
+              f"per round {', '.join(f'{r:.2f}' for r in ratios)}; CPU seconds "
+              f"{statistics.median(cpus['this tree']) / statistics.median(cpus['baseline']):.2f}")
 
 
 if __name__ == "__main__":
