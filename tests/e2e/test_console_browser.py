@@ -362,6 +362,21 @@ def test_a_pull_shows_its_progress(browser, store_server, hub, tmp_path, shots):
     page.context.close()
 
 
+@pytest.mark.slow  # loads the bundled 270M model: ~10 s
+def test_a_stored_model_loads_and_unloads(browser, store_server):
+    page = browser.page(1280)
+    page.goto(f"{store_server.base_url}/ui/#models")
+    page.get_by_role("button", name="Load gemma-3-270m:latest").click()
+    page.get_by_role("button", name="Unload gemma-3-270m:latest").wait_for(timeout=120_000)
+    with store_server.http() as http:
+        assert "gemma-3-270m" in [m["name"] for m in http.get("/api/ps").json()["models"]]
+    page.get_by_role("button", name="Unload gemma-3-270m:latest").click()
+    page.get_by_role("button", name="Load gemma-3-270m:latest").wait_for(timeout=30_000)
+    with store_server.http() as http:
+        assert "gemma-3-270m" not in [m["name"] for m in http.get("/api/ps").json()["models"]]
+    page.context.close()
+
+
 def test_the_router_console_lists_its_fleet(browser, tenant_server, store_server, server_logs, shots):
     workers = sorted([tenant_server.base_url, store_server.base_url])
     with RouterProcess(workers=workers, worker_api_key=TENANT_ADMIN, log_path=server_logs / "console-router.log") as router:

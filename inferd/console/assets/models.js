@@ -3,11 +3,14 @@
 // generate, keep_alive 0 to unload) and delete (/api/delete).
 
 import { api, lines } from "./api.js";
-import { actionButton as button, bytes, confirmed, fillTable, h, notify } from "./dom.js";
+import { actionButton as button, bytes, confirmed, fillTable, h, keepFocus, notify, Poller } from "./dom.js";
 
 const $ = (id) => document.getElementById(id);
 const short = (name) => name.replace(/:latest$/, "");
+const POLL_SECONDS = 2;
 const FOREVER = "9999-12-31T23:59:59Z";  // how /api/ps shows the server's own model
+
+let shown = "";
 
 async function refresh() {
   const [tags, ps] = await Promise.all([api("api/tags"), api("api/ps")]);
@@ -16,14 +19,17 @@ async function refresh() {
   for (const [name, m] of loaded) {  // loaded under a name the store lists otherwise
     if (!rows.some((r) => short(r.name) === name)) rows.push({ ...m, running: m });
   }
-  fillTable($("models-table"), [
+  const seen = JSON.stringify(rows);
+  if (seen === shown) return;  // unchanged: keep the rows (and the keyboard focus in them)
+  shown = seen;
+  keepFocus($("models-table"), () => fillTable($("models-table"), [
     { title: "Model", cell: (m) => m.name },
     { title: "Size", cell: (m) => bytes(m.size) },
     { title: "Quantization", cell: (m) => m.details?.quantization_level || "–" },
     { title: "Format", cell: (m) => [m.details?.format, m.details?.family].filter(Boolean).join(" · ") || "–" },
     { title: "State", cell: (m) => state(m) },
     { title: "Actions", cell: (m) => actions(m) },
-  ], rows, "No models: pull one above.");
+  ], rows, "No models: pull one above."));
 }
 
 function state(m) {
@@ -100,8 +106,11 @@ async function pull(event) {
   }
 }
 
+// Polled while shown: loads, unloads and keep-alive expiries change the states.
+const poller = new Poller(refresh, POLL_SECONDS);
+
 export const modelsPage = {
   mount() { $("pull-form").addEventListener("submit", pull); },
-  show: refresh,
-  hide() {},
+  show() { poller.start(); },
+  hide() { poller.stop(); },
 };
