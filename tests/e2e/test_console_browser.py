@@ -123,11 +123,17 @@ def test_chat_streams_an_answer_with_its_numbers_and_keeps_the_conversation(cons
     page.fill("#chat-max-tokens", "64")
     page.fill("#chat-temperature", "0")
     page.fill("#chat-input", "Tell me about **cats**")
+    # Watched in the page, however fast the answer comes: text appears while Stop is still live.
+    page.evaluate("""() => {
+        window.sawStreaming = false;
+        new MutationObserver(() => {
+            const body = document.querySelector('.message.assistant .body');
+            if (body?.textContent.length && !document.getElementById('chat-stop').disabled) window.sawStreaming = true;
+        }).observe(document.getElementById('chat-log'), {childList: true, subtree: true, characterData: true});
+    }""")
     page.press("#chat-input", "Enter")
-    # Text appears while the answer is still streaming (Stop is live), then the numbers under it.
-    wait_js(page, "document.querySelector('.message.assistant .body')?.textContent.length > 0 "
-                           "&& !document.getElementById('chat-stop').disabled")
-    page.wait_for_selector(".message.assistant .stats")
+    page.wait_for_selector(".message.assistant .stats")  # then the numbers under it
+    assert page.evaluate("window.sawStreaming")
     stats = STATS.match(page.inner_text(".message.assistant .stats"))
     card = latest_card(tenant_server)
     assert card["route"] == "/v1/chat/completions" and card["state"] == "done"
