@@ -2,19 +2,23 @@
 interactive request's time to first token with and without a batch running.
 
     python benchmarks/jobs.py [--parallel 4] [--threads 2] [--requests 48] [--input-len 64] [--output-len 32]
-                              [--rounds 2] [--ttft-batch 200] [--ttft-samples 8]
+                              [--rounds 2] [--ttft-batch 200] [--ttft-samples 8] [--ttft-rounds 2]
+                              [--batch-concurrency N]
 
 One `inferd serve` of the bundled model (fresh data dir) serves both sides:
 - throughput: `inferd bench --dataset random --max-concurrency C`
   (streamed /v1/completions, ignore_eos) against a batch of as many
   /v1/completions items of the same lengths (a different seed each run, so
   neither gains from the other's prefix cache), C the batch's concurrency
-  (the default --batch-concurrency, PARALLEL - 1), timed from
+  (the default --batch-concurrency, PARALLEL), timed from
   POST /v1/batches to status completed; bench and batch alternate, ROUNDS
   times each;
 - interactive TTFT: a streamed chat request (16-token prompt, 8 tokens out)
-  sent one at a time, idle and while a TTFT_BATCH-item batch runs (the batch
-  is cancelled afterwards); medians and p90.
+  sent one at a time, idle and while a TTFT_BATCH-item batch runs (every
+  batch slot busy; the batch is cancelled afterwards), in TTFT_ROUNDS
+  alternating rounds of TTFT_SAMPLES each, so a shared machine's changing
+  load falls on both sides alike; medians and p90.
+--rounds 0 measures only the TTFT; --batch-concurrency is the server's.
 """
 
 from __future__ import annotations
@@ -45,9 +49,11 @@ def free_port() -> int:
 def start_server(args, data_dir: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("INFERD_")}
+    extra = ["--batch-concurrency", str(args.batch_concurrency)] if args.batch_concurrency else []
     proc = subprocess.Popen([sys.executable, "-m", "inferd.cli", "serve", "--port", str(port), "--parallel",
                              str(args.parallel), "--threads", str(args.threads), "--ctx-size", "1024",
-                             "--data-dir", data_dir], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--data-dir", data_dir, "--metrics", *extra], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -61,10 +67,15 @@ def start_server(args, data_dir: str) -> tuple[subprocess.Popen, str]:
     raise SystemExit("the server did not become ready")
 
 
+def batch_concurrency(args) -> int:
+    """The server's: --batch-concurrency, or its default, --parallel."""
+    return args.batch_concurrency or args.parallel
+
+
 def bench(url: str, args, seed: int) -> float:
     out = subprocess.run([sys.executable, "-m", "inferd.cli", "bench", "--base-url", url, "--dataset", "random",
                           "--num-prompts", str(args.requests), "--input-len", str(args.input_len), "--output-len",
-                          str(args.output_len), "--max-concurrency", str(max(1, args.parallel - 1)), "--seed", str(seed),
+                          str(args.output_len), "--max-concurrency", str(batch_concurrency(args)), "--seed", str(seed),
                           "--json"], capture_output=True, text=True, check=True).stdout
     summary = json.loads(out)
     assert summary["failed"] == 0, summary["errors"]
@@ -120,6 +131,35 @@ def ttfts(http: httpx.Client, args, rng: random.Random) -> list[float]:
     return [ttft(http, maker.make(rng, 16)) for _ in range(args.ttft_samples)]
 
 
+def gauge(http: httpx.Client, name: str) -> float:
+    for line in http.get("/metrics").text.splitlines():
+        if line.startswith((name + " ", name + "{")):
+            return float(line.rsplit(" ", 1)[1])
+    raise RuntimeError(f"/metrics has no {name}")
+
+
+def until(predicate, timeout: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError("timed out waiting for the server")
+        time.sleep(0.05)
+
+
+def busy_ttfts(http: httpx.Client, args, rng: random.Random, seed: int) -> tuple[list[float], int]:
+    """TTFT samples while a batch fills its slots (items done meanwhile); the batch is cancelled after."""
+    batch_id = create_batch(http, batch_file(http, args, seed, args.ttft_batch))
+    concurrency = batch_concurrency(args)
+    until(lambda: http.get(f"/v1/batches/{batch_id}").json()["request_counts"]["completed"] >= 1
+          and gauge(http, "inferd_requests_running") >= concurrency)
+    samples = ttfts(http, args, rng)
+    done = http.get(f"/v1/batches/{batch_id}").json()["request_counts"]["completed"]
+    http.post(f"/v1/batches/{batch_id}/cancel")
+    until(lambda: http.get(f"/v1/batches/{batch_id}").json()["status"] == "cancelled"
+          and gauge(http, "inferd_requests_running") == 0)
+    return samples, done
+
+
 def describe(samples: list[float]) -> str:
     q = statistics.quantiles(samples, n=10) if len(samples) > 1 else samples
     return f"median {statistics.median(samples) * 1000:.0f} ms, p90 {q[-1] * 1000:.0f} ms"
@@ -135,6 +175,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--ttft-batch", type=int, default=200)
     p.add_argument("--ttft-samples", type=int, default=8)
+    p.add_argument("--ttft-rounds", type=int, default=2)
+    p.add_argument("--batch-concurrency", type=int, default=0, help="the server's; 0 = its default")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as data:
         proc, url = start_server(args, data)
@@ -148,23 +190,26 @@ def main() -> None:
                     print(f"round {round_ + 1}: bench {bench_rates[-1]:.2f} req/s, batch {batch_rates[-1]:.2f} items/s",
                           flush=True)
                 rng = random.Random(7)
-                idle = ttfts(http, args, rng)
-                batch_id = create_batch(http, batch_file(http, args, 99, args.ttft_batch))
-                while http.get(f"/v1/batches/{batch_id}").json()["request_counts"]["completed"] < args.parallel:
-                    time.sleep(0.05)
-                busy = ttfts(http, args, rng)
-                left = http.get(f"/v1/batches/{batch_id}").json()["request_counts"]
-                http.post(f"/v1/batches/{batch_id}/cancel")
+                idle, busy, done = [], [], 0
+                for round_ in range(args.ttft_rounds):
+                    idle += ttfts(http, args, rng)
+                    samples, items = busy_ttfts(http, args, rng, seed=99 + round_)
+                    busy += samples
+                    done += items
+                    print(f"TTFT round {round_ + 1}: idle {describe(idle[-args.ttft_samples:])}, "
+                          f"busy {describe(samples)}", flush=True)
+                preemptions = gauge(http, "inferd_preemptions_total")
         finally:
             proc.terminate()
             proc.wait(60)
-    bench_rate, batch_rate = statistics.median(bench_rates), statistics.median(batch_rates)
-    print(f"throughput, {args.requests} requests of {args.input_len} in / {args.output_len} out, concurrency "
-          f"{max(1, args.parallel - 1)} (--parallel {args.parallel}): bench {bench_rate:.2f} req/s, batch {batch_rate:.2f} items/s "
-          f"({batch_rate / bench_rate:.0%} of bench)")
+    if bench_rates:  # --rounds 0 measures only the interactive TTFT
+        bench_rate, batch_rate = statistics.median(bench_rates), statistics.median(batch_rates)
+        print(f"throughput, {args.requests} requests of {args.input_len} in / {args.output_len} out, concurrency "
+              f"{batch_concurrency(args)} (--parallel {args.parallel}): bench {bench_rate:.2f} req/s, "
+              f"batch {batch_rate:.2f} items/s ({batch_rate / bench_rate:.0%} of bench)")
     print(f"interactive TTFT idle: {describe(idle)}")
-    print(f"interactive TTFT with a {args.ttft_batch}-item batch running ({left['completed']} items done when the "
-          f"samples ended): {describe(busy)} ({statistics.median(busy) / statistics.median(idle):.2f}x idle)")
+    print(f"interactive TTFT with a {args.ttft_batch}-item batch running ({done} items done while sampling, "
+          f"{preemptions:.0f} preemptions): {describe(busy)} ({statistics.median(busy) / statistics.median(idle):.2f}x idle)")
 
 
 if __name__ == "__main__":

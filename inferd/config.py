@@ -66,7 +66,7 @@ class ServerOptions:
     responses_ttl: float = option(30 * 24 * 3600.0, "seconds a stored response is kept")
     responses_max: int = option(10000, "stored responses kept; the oldest go first")
     max_file_size: int = option(512 * 2**20, "largest file accepted by POST /v1/files (batch inputs), in bytes")
-    batch_concurrency: int = option(0, "batch items run at once, at low priority behind interactive requests; 0 = --parallel less one (one sequence slot stays free for interactive requests)")
+    batch_concurrency: int = option(0, "batch items run at once, at low priority behind interactive requests (which preempt them); 0 = --parallel")
     register: str | None = option(None, "etcd://HOST:PORT: register this worker in etcd under a lease, for `inferd router --etcd`")
     register_prefix: str = option(DEFAULT_PREFIX, "etcd key prefix to register under")
     register_ttl: float = option(10.0, "lease seconds: a worker that dies without deregistering leaves the fleet after this")

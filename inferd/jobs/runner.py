@@ -2,8 +2,8 @@
 a dispatch function the server provides, and ends it (completed, cancelled,
 expired, failed) with the output its kind makes.
 
-Batch items share `concurrency` slots (by default one fewer than the
-engine's sequence slots, so an interactive request finds one free); a
+Batch items share `concurrency` slots (by default as many as the engine's
+sequence slots: an interactive request preempts a batch item); a
 background response runs at once. On start the runner picks up every job
 a previous process left active: its pending items run, its done ones stay
 as they are. Shutting down leaves jobs active for the next start.

@@ -70,8 +70,8 @@ def start_jobs(app: FastAPI, state: ServerState) -> JobRunner:
     kinds = {"batch": batches.job_kind(plane), "message_batch": message_batches.job_kind()}
     if state.responses_store is not None:
         kinds["response"] = background.job_kind(state.responses_store)
-    # The engine does not preempt for priority, so by default one sequence slot stays free for interactive work.
-    concurrency = state.config.batch_concurrency or max(1, state.config.parallel - 1)
+    # An interactive request preempts a batch item for its slot (the scheduler's priority): a batch fills them all.
+    concurrency = state.config.batch_concurrency or state.config.parallel
     plane.runner = JobRunner(plane.store, InProcessDispatch(app, state), kinds, concurrency, sweep=plane.files.sweep)
     plane.runner.start()
     return plane.runner
