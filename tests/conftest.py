@@ -30,6 +30,13 @@ settings.register_profile("ci", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    import torch
+
+    # The suite's workers share the cores: one torch thread each, since OpenMP
+    # threads that outnumber the cores wait on each other many times over.
+    torch.set_num_threads(1)
+
 TESTS = Path(__file__).parent
 LEVELS = {
     "unit": "CPU only, in memory, tiny specs",

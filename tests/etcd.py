@@ -12,7 +12,6 @@ otherwise the tests that need it are skipped with the reason.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -20,6 +19,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from apt import find_or_install
 
 HOST = "127.0.0.1"
 PACKAGE = "etcd-server"
@@ -37,15 +38,7 @@ def free_port() -> int:
 
 def find_etcd() -> str | None:
     """The etcd binary's path, installing it as root when it is missing."""
-    found = shutil.which("etcd")
-    if found or os.geteuid() != 0 or not shutil.which("apt-get"):
-        return found
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "--no-install-recommends", PACKAGE]
-    if subprocess.run(install, env=env, capture_output=True).returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True)  # a clean machine has no lists yet
-        subprocess.run(install, env=env, capture_output=True)
-    return shutil.which("etcd")
+    return find_or_install("etcd", PACKAGE)
 
 
 def etcd_or_skip() -> str:

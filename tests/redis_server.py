@@ -11,7 +11,6 @@ the tests that need it are skipped with the reason.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from apt import find_or_install
 from etcd import free_port
 
 HOST = "127.0.0.1"
@@ -31,15 +31,7 @@ class RedisStartError(RuntimeError):
 
 def find_redis() -> str | None:
     """The redis-server binary's path, installing it as root when it is missing."""
-    found = shutil.which("redis-server")
-    if found or os.geteuid() != 0 or not shutil.which("apt-get"):
-        return found
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "--no-install-recommends", PACKAGE]
-    if subprocess.run(install, env=env, capture_output=True).returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True)  # a clean machine has no lists yet
-        subprocess.run(install, env=env, capture_output=True)
-    return shutil.which("redis-server")
+    return find_or_install("redis-server", PACKAGE)
 
 
 def redis_or_skip() -> str:

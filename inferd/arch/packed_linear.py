@@ -17,16 +17,18 @@ from torch import nn
 # (measured: tuning for 8 rows is as fast at 1 and at 512 as tuning for those).
 _LAYOUT_ROWS = 8
 # oneDNN builds a primitive per row count (~2 ms, ~0.3 MB kept in a capped cache):
-# decode batches keep their exact size, longer inputs are rounded up to one of
-# eight sizes per doubling, so a prefill rarely builds one and never more than 1/8 extra rows.
+# decode batches keep their exact size, longer inputs are rounded up to a
+# multiple of 16 rows, and a prefill past CHUNK_ROWS runs in chunks of that
+# many. So every input shares 24 row counts, all of them met soon after start,
+# and memory stops growing with the mix of prompt lengths a server sees.
 EXACT_ROWS = 8
+ROW_GRANULE = 16
+CHUNK_ROWS = 256
 
 
 def padded_rows(rows: int) -> int:
-    if rows <= EXACT_ROWS:
-        return rows
-    granule = max(16, 1 << (rows.bit_length() - 4))
-    return -(-rows // granule) * granule
+    """The row count oneDNN sees for a chunk of `rows` (at most CHUNK_ROWS)."""
+    return rows if rows <= EXACT_ROWS else -(-rows // ROW_GRANULE) * ROW_GRANULE
 
 
 def can_pack(dtype: torch.dtype, device: torch.device) -> bool:
@@ -65,12 +67,22 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // self.in_features
+        if rows <= CHUNK_ROWS and padded_rows(rows) == rows:
+            return self._product(x)
+        flat = x.reshape(rows, self.in_features)
+        chunks = [self._padded_product(flat[start:start + CHUNK_ROWS]) for start in range(0, rows, CHUNK_ROWS)]
+        out = chunks[0] if len(chunks) == 1 else torch.cat(chunks)
+        return out.view(*x.shape[:-1], self.out_features)
+
+    def _product(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+    def _padded_product(self, flat: torch.Tensor) -> torch.Tensor:
+        rows = flat.shape[0]
         padded = padded_rows(rows)
         if padded == rows:
-            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
-        flat = torch.nn.functional.pad(x.reshape(rows, self.in_features), (0, 0, 0, padded - rows))
-        out = torch.ops.mkldnn._linear_pointwise(flat, self.packed, self.bias, "none", [], "")
-        return out[:rows].view(*x.shape[:-1], self.out_features)
+            return self._product(flat)
+        return self._product(torch.nn.functional.pad(flat, (0, 0, 0, padded - rows)))[:rows]
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, packed"

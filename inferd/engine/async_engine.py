@@ -20,6 +20,7 @@ from inferd.engine.engine_request import EngineRequest
 from inferd.engine.errors import EngineDeadError, QueueFullError, RequestRejected
 from inferd.engine.kv_events import KvEventHub, KvSubscription
 from inferd.engine.outputs import EngineStats, RequestOutput
+from inferd.models.process_memory import release_freed_memory
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ class AsyncEngine:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="inferd-engine", daemon=True)
         self._pending = 0  # added but not yet seen by the engine thread
+        self._trimmed = True  # the heap was handed back since the last step with work
         self._stats = engine.stats()
         self._thread.start()
 
@@ -170,6 +172,8 @@ class AsyncEngine:
                 log.exception("engine step failed; ending the requests in flight")
                 outputs = engine.fail_all("internal engine error; see the server log")
             self._stats = engine.stats()
+            if outputs:
+                self._trimmed = False
             # Before the outputs: a client that has its answer finds its blocks in the events already.
             engine.kv_events.publish()
             self._deliver_all(outputs)
@@ -190,6 +194,11 @@ class AsyncEngine:
             try:
                 cmd = self._commands.get(block=block, timeout=0.5 if block else None)
             except queue.Empty:
+                if block and not self._trimmed:
+                    # Idle for one wait: give the OS back what a burst freed, which glibc's
+                    # heaps would keep (each thread's arena grows to its busiest moment).
+                    release_freed_memory()
+                    self._trimmed = True
                 return
             block = False
             if cmd is None:

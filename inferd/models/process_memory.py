@@ -4,10 +4,10 @@
   and torch's own cache of them (ideep's, for packed bf16 weights) keeps
   another 1024, ~0.3 MB each. Every new prefill length is a new shape, so a
   server's memory grew for thousands of requests (~70 MB within minutes of a
-  mixed load). Packed projections round row counts to a few sizes
-  (`arch/packed_linear.py`), so the cap below holds a decode step's shapes at
-  every batch size and a prefill's at every size up to 512 rows; oneDNN's own
-  cache serves the rest, and its shapes come and go.
+  mixed load). Packed projections see 24 row counts in all (padded, and
+  chunked past 256 rows: `arch/packed_linear.py`), so the cap below holds
+  every shape they build; oneDNN's own cache serves the rest, and its shapes
+  come and go.
   (torch's fused attention keeps kernels per length with no cap at all:
   `arch/attention.py` pads the lengths it sees instead.)
 - glibc raises its mmap threshold to the largest block freed so far; after

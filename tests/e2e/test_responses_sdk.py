@@ -20,24 +20,18 @@ def serving(tiny_model_dir, data_dir, log_path) -> ServerProcess:
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("responses-data")
+def data_dir(tiny_server):
+    """Where the shared tiny-model server keeps its responses (tests/e2e/server.py)."""
+    return tiny_server.log_path.parent / f"data-{tiny_server.log_path.stem}"
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_dir, data_dir, server_logs):
-    server = serving(tiny_model_dir, data_dir, server_logs / "responses.log").start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def sdk(server):
-    with server.openai() as c:
+def sdk(tiny_server):
+    with tiny_server.openai() as c:
         yield c
 
 
-def test_create_retrieve_and_delete(sdk, server, data_dir):
+def test_create_retrieve_and_delete(sdk, data_dir):
     created = sdk.responses.create(model=ALIAS, input=HELLO, max_output_tokens=6, temperature=0)
     assert created.id.startswith("resp_") and created.object == "response" and created.model == ALIAS
     assert created.status == "incomplete" and created.incomplete_details.reason == "max_output_tokens"

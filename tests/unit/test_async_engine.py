@@ -173,3 +173,18 @@ def test_stopping_ends_running_and_waiting_requests_with_the_shutdown_error(tiny
     with pytest.raises(EngineDeadError):
         stopping.add_request(EngineRequest("late", [2, 3], SamplingParams(max_tokens=1)))
 
+
+
+def test_an_idle_engine_hands_freed_heap_back_once(engine, monkeypatch):
+    import inferd.engine.async_engine as async_engine_module
+
+    trims = []
+    monkeypatch.setattr(async_engine_module, "release_freed_memory", lambda: trims.append(1))
+    params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+    asyncio.run(collect(engine, "burst", params))
+    for _ in range(40):  # one idle wait is 0.5 s
+        if trims:
+            break
+        asyncio.run(asyncio.sleep(0.1))
+    asyncio.run(asyncio.sleep(1.2))  # two more idle waits: still once
+    assert trims == [1]

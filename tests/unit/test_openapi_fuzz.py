@@ -108,7 +108,7 @@ def router(worker, tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def server_schema(worker):
-    return schemathesis.openapi.from_dict(httpx.get(f"{worker.url}/openapi.json").json())
+    return schemathesis.openapi.from_dict(httpx.get(f"{worker.url}/openapi.json", timeout=60).json())
 
 
 def operation(schema, method: str, path: str):

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from inferd.arch.attention import AttentionMetadata, ContextView, PrefillSpan
-from inferd.arch.packed_linear import PackedLinear, can_pack, padded_rows
+from inferd.arch.packed_linear import CHUNK_ROWS, PackedLinear, can_pack, padded_rows
 from inferd.arch.quantize import SCHEMES, resolve_weights
 from inferd.arch.quantized_linear import INT4_GROUP, QuantizedLinear
 from inferd.kernels import quant_gemv
@@ -83,16 +83,29 @@ def test_packed_linear_is_linear_exactly():
     weight, bias = torch.randn(96, 64, dtype=BF16), torch.randn(96, dtype=BF16)
     layer = PackedLinear(weight, bias)
     assert layer.state_dict() == {}  # an opaque layout: the weight cache keeps plain weights
-    for shape in [(1, 64), (8, 64), (9, 64), (2, 300, 64)]:  # 9 and 600 rows run padded (to 16 and 640)
+    for shape in [(1, 64), (8, 64), (9, 64), (2, 300, 64)]:  # 9 rows run padded to 16, 600 as 256 + 256 + 96
         x = torch.randn(*shape, dtype=BF16)
         assert torch.equal(layer(x), F.linear(x, weight, bias))
 
 
-def test_row_counts_past_a_decode_batch_fall_into_eight_sizes_a_doubling():
+def test_every_input_shares_24_matmul_row_counts():
     assert [padded_rows(rows) for rows in range(1, 9)] == list(range(1, 9))
-    assert [padded_rows(rows) for rows in (9, 16, 17, 129, 300, 512, 513)] == [16, 16, 32, 144, 320, 512, 576]
-    assert len({padded_rows(rows) for rows in range(1, 513)}) == 32
-    assert all(rows <= padded_rows(rows) <= rows * 1.125 for rows in range(128, 8192))
+    assert [padded_rows(rows) for rows in (9, 16, 17, 129, 256)] == [16, 16, 32, 144, 256]
+
+    class Recording(PackedLinear):
+        def __init__(self):
+            torch.nn.Module.__init__(self)
+            self.in_features, self.out_features, self.seen = 4, 2, set()
+
+        def _product(self, x):
+            self.seen.add(x.shape[0])
+            return torch.arange(x.shape[0], dtype=torch.float32)[:, None].expand(-1, 2)
+
+    layer = Recording()
+    for rows in range(1, 1200):
+        out = layer(torch.zeros(rows, 4))
+        assert out.shape == (rows, 2) and torch.equal(out[:, 0] % CHUNK_ROWS, torch.arange(rows) % CHUNK_ROWS)
+    assert len(layer.seen) == 24 and max(layer.seen) == CHUNK_ROWS
 
 
 def test_bf16_models_pack_their_projections_and_head(tiny):
