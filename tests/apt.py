@@ -15,8 +15,8 @@ from pathlib import Path
 LOCK = Path(tempfile.gettempdir()) / "inferd-tests-apt.lock"
 
 
-def find_or_install(binary: str, package: str) -> str | None:
-    """`binary`'s path, installing `package` first when it is missing and we are root."""
+def find_or_install(binary: str, *packages: str) -> str | None:
+    """`binary`'s path, installing `packages` first when it is missing and we are root."""
     found = shutil.which(binary)
     if found or os.geteuid() != 0 or not shutil.which("apt-get"):
         return found
@@ -24,7 +24,7 @@ def find_or_install(binary: str, package: str) -> str | None:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another worker may be installing it right now
         if shutil.which(binary) is None:
             env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-            install = ["apt-get", "install", "-y", "--no-install-recommends", package]
+            install = ["apt-get", "install", "-y", "--no-install-recommends", *packages]
             if subprocess.run(install, env=env, capture_output=True).returncode != 0:
                 subprocess.run(["apt-get", "update"], env=env, capture_output=True)  # a clean machine has no lists yet
                 subprocess.run(install, env=env, capture_output=True)

@@ -13,9 +13,10 @@ tests that need it are skipped with the reason.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
+
 import pytest
+
+from apt import find_or_install
 
 PACKAGES = ["chromium", "fonts-liberation"]  # the fonts chromium recommends: readable screenshots
 # Headless, and quiet: with the closed network here, chromium's own background
@@ -26,15 +27,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 
 def find_chromium() -> str | None:
-    found = shutil.which("chromium")
-    if found or os.geteuid() != 0 or not shutil.which("apt-get"):
-        return found
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES]
-    if subprocess.run(install, env=env, capture_output=True).returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True)  # a clean machine has no lists yet
-        subprocess.run(install, env=env, capture_output=True)
-    return shutil.which("chromium")
+    return find_or_install("chromium", *PACKAGES)
 
 
 def chromium_or_skip() -> str:
