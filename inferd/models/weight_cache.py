@@ -4,9 +4,9 @@ Dequantizing a GGUF file (and re-quantizing it for the CPU kernels) takes
 seconds and a transient gigabyte; mapping the result back takes milliseconds.
 The cache lives under `$XDG_CACHE_HOME/inferd/weights` (default
 ~/.cache/inferd/weights), one safetensors file per model file and scheme,
-named by a hash of the model's path, size and modification time, the scheme,
-this format's version and the torch version (the int4 packing is torch's own
-layout). Tensors shared in the model (a tied embedding and LM head) are
+named by a hash of the model's path and the scheme, and one of its size and
+modification time, this format's version and the torch version (the int4
+packing is torch's own layout); writing one removes the versions it replaces. Tensors shared in the model (a tied embedding and LM head) are
 stored once and named as aliases in the file's metadata.
 
 Every tensor starts on a page of the file (padding entries fill the gaps, so
@@ -18,6 +18,7 @@ packed for oneDNN) unmaps its pages with it.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import logging
@@ -35,6 +36,7 @@ from inferd.models.tokenizer_cache import directory_accepts_writes, user_cache_d
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 2  # 2: page-aligned tensors, memory-mapped at load
+DIGEST_LENGTH = 12
 PAGE = mmap.ALLOCATIONGRANULARITY  # a map's offset in the file must be a multiple of this
 _PADDING = "__padding__"  # entries that only fill the gap before a page-aligned tensor
 _DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "I8": torch.int8, "U8": torch.uint8,
@@ -43,12 +45,35 @@ _NAMES = {dtype: name for name, dtype in _DTYPES.items()}
 
 
 def weight_cache_file(model_path: Path, label: str) -> Path:
-    """Where the weights of `model_path` quantized as `label` are cached."""
+    """Where the weights of `model_path` quantized as `label` are cached:
+    `NAME.WHAT.VERSION.safetensors`, WHAT a digest of the model's path and the
+    scheme, VERSION one of its files' sizes and times, this format and torch."""
     files = sorted(model_path.glob("*.safetensors")) if model_path.is_dir() else [model_path]
-    identity = [str(model_path.resolve()), label, FORMAT_VERSION, torch.__version__]
-    identity += [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files]
-    digest = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:16]
-    return user_cache_dir() / "weights" / f"{model_path.name}.{digest}.safetensors"
+    what = _digest([str(model_path.resolve()), label])
+    version = _digest([FORMAT_VERSION, torch.__version__, *((f.name, f.stat().st_size, f.stat().st_mtime_ns)
+                                                             for f in files)])
+    return user_cache_dir() / "weights" / f"{model_path.name}.{what}.{version}.safetensors"
+
+
+def _digest(identity: list) -> str:
+    return hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:DIGEST_LENGTH]
+
+
+def stale_versions(cache_file: Path) -> list[Path]:
+    """Other cache files of the same model path and scheme (an older version of
+    the model file, of this format or of torch), and those named the way older
+    releases named them: none of them will be read again."""
+    name, what, _, _ = cache_file.name.rsplit(".", 3)
+    stale = []
+    for other in cache_file.parent.glob(f"{glob.escape(name)}.*.safetensors"):
+        digests = other.name[len(name) + 1:].split(".")[:-1]
+        if other != cache_file and (digests[:1] == [what] or len(digests) == 1) and all(map(_is_digest, digests)):
+            stale.append(other)
+    return stale
+
+
+def _is_digest(text: str) -> bool:
+    return len(text) in (DIGEST_LENGTH, 16) and all(c in "0123456789abcdef" for c in text)
 
 
 def load_cached_state(cache_file: Path) -> dict[str, torch.Tensor] | None:
@@ -130,11 +155,14 @@ def store_state(cache_file: Path, model: nn.Module) -> bool:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         write_aligned(temporary, tensors, {"aliases": json.dumps(aliases)})
         os.replace(temporary, cache_file)
-        return True
     except (OSError, ValueError) as error:
         temporary.unlink(missing_ok=True)
         log.info("cannot write weight cache %s (%s); quantizing on every load", cache_file, error)
         return False
+    for stale in stale_versions(cache_file):  # a process still mapping one keeps its pages until it exits
+        log.info("removing stale weight cache %s", stale)
+        stale.unlink(missing_ok=True)
+    return True
 
 
 def write_aligned(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:

@@ -14,7 +14,7 @@ from inferd.arch.packed_linear import CHUNK_ROWS, PackedLinear, can_pack, padded
 from inferd.arch.quantize import SCHEMES, resolve_weights
 from inferd.arch.quantized_linear import INT4_GROUP, QuantizedLinear
 from inferd.kernels import quant_gemv
-from inferd.models import loader
+from inferd.models import loader, weight_cache
 from inferd.models.loader import load_model
 from tests.tiny_models import write_tiny_model
 
@@ -318,3 +318,20 @@ def test_the_bundled_model_looks_tokens_up_in_the_cache_map(tmp_path, monkeypatc
     dequantized = next(t for name, t in iter_gguf_tensors(loaded.path) if name.endswith("embed_tokens.weight"))
     rows = torch.tensor([0, 2, 1000, 262143])
     assert torch.equal(embedding[rows], dequantized[rows])
+
+
+def test_a_new_cache_version_replaces_the_old_ones_of_its_model_and_scheme(tiny, tmp_path):
+    load_model(str(tiny), "bfloat16", "cpu", "int8")
+    (current,) = (tmp_path / "cache" / "inferd" / "weights").glob("tiny.*.safetensors")
+    current.unlink()
+    name, what, version, _ = current.name.rsplit(".", 3)
+    older = current.with_name(f"{name}.{what}.{'0' * len(version)}.safetensors")  # the model file or torch changed
+    legacy = current.with_name(f"{name}.{'a' * 16}.safetensors")  # named as an earlier release named them
+    other_scheme = current.with_name(f"{name}.{'b' * len(what)}.{version}.safetensors")
+    other_model = current.with_name(f"{name}x.{what}.{'0' * len(version)}.safetensors")
+    for path in (older, legacy, other_scheme, other_model):
+        path.write_bytes(b"")
+    assert sorted(weight_cache.stale_versions(current)) == sorted([older, legacy])
+    load_model(str(tiny), "bfloat16", "cpu", "int8")
+    assert sorted(p.name for p in current.parent.iterdir()) == sorted([current.name, other_scheme.name,
+                                                                        other_model.name])
