@@ -458,3 +458,16 @@ def test_a_stream_ends_with_the_workers_count_when_a_router_asks(server):
     assert (counted["prompt_tokens"], counted["completion_tokens"]) == (whole["prompt_tokens"], 3)
     assert 0 < counted["prompt_tokens_details"]["cached_tokens"] < whole["prompt_tokens"]  # the first one's prefix
     assert plain.strip().split("\n\n")[-1] == "data: [DONE]" and ": usage" not in plain
+
+
+def test_audio_is_admitted_for_the_keys_scopes(server):
+    async def go():
+        async with server.client() as c:
+            _, narrow = await new_key(c, scopes=["tiny"])
+            r = await c.post("/v1/audio/speech", json={"model": "tts-1", "input": "hi"}, headers=bearer(narrow))
+            assert r.status_code == 403 and r.json()["error"]["code"] == "model_not_allowed"
+            r = await c.post("/v1/audio/transcriptions", data={"model": "whisper-1"},
+                             files={"file": ("a.wav", b"not audio", "audio/wav")}, headers=bearer(narrow))
+            assert r.status_code == 403 and r.json()["error"]["code"] == "model_not_allowed"
+
+    run(go())

@@ -12,14 +12,16 @@ from fastapi.responses import Response, StreamingResponse
 
 from inferd.api.audio.protocol import SpeechBody
 from inferd.audio.encode import MEDIA_TYPES
-from inferd.audio.service import AudioService
+from inferd.audio.service import SPEECH_MODEL, AudioService
 from inferd.audio.synthesize import SpeechRequest
 from inferd.http.sse import sse, sse_response
+from inferd.serving.admission import admit_inputs
 from inferd.serving.generation import unless_disconnected
 
 
 async def answer_speech(audio: AudioService, raw: Request, body: SpeechBody):
     audio.check_speech_model(body.model)
+    await admit_inputs(body.model or SPEECH_MODEL, 0)  # the key's scopes and limits; speech costs no tokens
     voice = audio.voice(body.voice_name)
     request = SpeechRequest(input=body.input, speed=body.speed, noise_scale=body.noise_scale,
                             noise_w_scale=body.noise_w_scale)

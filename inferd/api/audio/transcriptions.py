@@ -14,6 +14,7 @@ from inferd.audio.service import AudioService
 from inferd.audio.transcribe import Transcript, TranscriptionRequest
 from inferd.http.errors import BadRequest
 from inferd.http.sse import sse, sse_response
+from inferd.serving.admission import admit_inputs
 from inferd.serving.generation import unless_disconnected
 
 
@@ -26,6 +27,7 @@ async def answer_transcription(audio: AudioService, raw: Request, file: UploadFi
         raise BadRequest("timestamp_granularities[] needs response_format verbose_json",
                          param="timestamp_granularities")
     audio.check_transcription_model(model)
+    await admit_inputs(model or audio.models.whisper_name, 0)  # the key's scopes and limits; usage is in seconds, not tokens
     items = audio.transcribe(file.file, request)
     if stream:
         # Decoding and the model's checks come first, so their errors are plain HTTP errors.
