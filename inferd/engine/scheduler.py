@@ -149,7 +149,9 @@ class Scheduler:
 
     def _urgent_prefill(self) -> bool:
         """Whether a request above low priority has prompt left to compute (or waits to start)."""
-        return any(r.priority < Priority.LOW for r in self.waiting) or any(
+        if self.waiting and self.waiting[0].priority < Priority.LOW:  # sorted: the most urgent first
+            return True
+        return any(
             r.priority < Priority.LOW and r.num_computed_tokens + 1 < r.num_tokens for r in self.running)
 
     def _chunk(self, req: Request, budget: int) -> int:

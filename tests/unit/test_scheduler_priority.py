@@ -169,7 +169,7 @@ def drain(engine: Engine, tokens: dict[str, list[int]]) -> None:
 
 @pytest.mark.parametrize("cache_prompt", [True, False])
 def test_a_preempted_and_resumed_background_request_gives_the_uninterrupted_tokens(loaded, cache_prompt):
-    greedy = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+    greedy = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
     config = {"ctx_size": 128, "parallel": 1, "block_size": 4, "max_batched_tokens": 64}
 
     alone = Engine(loaded, EngineConfig(**config))
@@ -181,13 +181,13 @@ def test_a_preempted_and_resumed_background_request_gives_the_uninterrupted_toke
     engine = Engine(loaded, EngineConfig(**config))
     mixed: dict[str, list[int]] = {}
     engine.add_request(EngineRequest("b", prompt(11), greedy, priority=LOW, cache_prompt=cache_prompt))
-    for _ in range(6):
+    for _ in range(4):
         drain(engine, mixed)
-    engine.add_request(EngineRequest("u", prompt(7, start=40), SamplingParams(max_tokens=4, temperature=0.0,
+    engine.add_request(EngineRequest("u", prompt(7, start=40), SamplingParams(max_tokens=3, temperature=0.0,
                                                                               ignore_eos=True)))
     drain(engine, mixed)
     assert engine.stats().preemptions == 1 and len(mixed["u"]) == 1  # started on the step it arrived
     while engine.has_work:
         drain(engine, mixed)
-    assert mixed["b"] == tokens["b"] and len(mixed["b"]) == 16
+    assert mixed["b"] == tokens["b"] and len(mixed["b"]) == 10
     assert engine.pool.num_used == 0
