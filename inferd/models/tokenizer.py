@@ -26,6 +26,16 @@ class TokenizerLoadError(ValueError):
     """The model path does not hold a tokenizer inferd can read."""
 
 
+def _bound_merge_cache(inner: tokenizers.Tokenizer) -> None:
+    """A BPE model caches the merges of every word it meets, up to 10,000. With
+    no pre-tokenizer (SentencePiece-style vocabularies: Gemma, Llama 2, Mistral)
+    a "word" is a whole text between special tokens, so a server's memory grew
+    by each new prompt (~4 KB a prompt, to ~40 MB) for hits that never come.
+    Caching nothing there costs no speed (measured: 6,000 prompts alike)."""
+    if inner.pre_tokenizer is None and hasattr(inner.model, "_resize_cache"):
+        inner.model._resize_cache(0)
+
+
 class Tokenizer:
     """A `tokenizers.Tokenizer` plus what the model says about its special tokens.
 
@@ -57,6 +67,7 @@ class Tokenizer:
         )
         self.eos_token_ids = frozenset(self._end_of_generation_ids(extra_eos_ids))
         self.fim_tokens = fim_tokens or self._find_fim_tokens()
+        _bound_merge_cache(inner)
 
     def _checked_id(self, token_id: int | None, role: str) -> int | None:
         if token_id is None:

@@ -164,6 +164,25 @@ def test_gemma_cache_is_written_and_reused(gemma, gemma_link, monkeypatch):
 # --- tiny GGUF files -----------------------------------------------------------------------
 
 
+def test_gemma_keeps_no_merges_per_prompt(gemma):
+    """Without a pre-tokenizer BPE's cache would key whole prompts: ~10 MB for these 3,000."""
+    import ctypes
+    import random
+
+    def anonymous_kib() -> int:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("RssAnon"))
+
+    rng = random.Random(0)
+    words = "a river story system quick brown fox jumps over the lazy dog model server".split()
+    texts = [" ".join(rng.choices(words, k=rng.randrange(3, 30))) + f" {rng.random()}" for _ in range(3000)]
+    gemma.encode(texts[0])
+    before = anonymous_kib()
+    for text in texts:
+        gemma.encode(text)
+    assert anonymous_kib() - before < 2048
+
+
 def write_gguf(path: Path, tokens, token_types, *, model: str, scores=None, merges=None, **extra) -> Path:
     writer = gguf.GGUFWriter(str(path), arch="llama")
     writer.add_tokenizer_model(model)
