@@ -112,6 +112,7 @@ class EmbeddingOptions:
 @dataclass
 class ModelHostOptions:
     models: list[str] = field(default=(), metadata={"help": "every --model given, in order: the first is the server's own, the rest load on demand", "collected_from": "model"})
+    model_aliases: dict[str, list[str]] = field(default_factory=dict, metadata={"help": "each --alias given after a second or later --model: the names that model answers to, by the --model it follows (the first is its id)", "aliases_of": ("alias", "models")})
     preload: list[str] = option((), "a model (served here or stored) to load at start rather than on its first request (repeatable)")
     keep_alive: str = option("5m", "how long a model loaded on demand stays after its last request: a duration (5m, 1h, 90s), seconds, 0 (unload at once) or -1 (stay); Ollama's keep_alive sets it per request")
     max_loaded_models: int = option(3, "models loaded on demand held at once (0 = no limit); the least recently used idle one is unloaded first")
