@@ -96,9 +96,9 @@ class ServerState:
 
     def _chosen_models_on_demand(self) -> int:
         """The models loaded on demand that someone chose to serve: not the bundled Gemma,
-        which every store lists from its first use."""
+        which every store lists from its first use, nor this server's own once unloaded (`own`)."""
         models = self.host.models if self.host is not None else []
-        return sum(1 for m in models if DEFAULT_MODEL_NAME not in m.names)
+        return sum(1 for m in models if DEFAULT_MODEL_NAME not in m.names and not m.own)
 
     @property
     def ready(self) -> bool:
