@@ -18,6 +18,7 @@ async def list_models(state: ServerState, served: list[ModelCard]) -> ModelList:
     for card in served:
         card.loaded = True
         card.capabilities = _capabilities(state, card.id)
+        card.aliases = _other_names(card.id, _served_names(state, card.id))
     known = {card.id for card in served}
     stored = await in_store(state, lambda store: store.models())
     extra = [stored_card(m) for m in unserved(state, stored) if m.model_name.short not in known]
@@ -32,13 +33,33 @@ def _on_demand(state: ServerState, listed: set[str], stored: list[ModelCard]) ->
     loaded = {n for m in host.loaded() for n in m.names}
     for card in stored:
         card.loaded = card.id in loaded
+        hosted = host.find(card.id)
+        if hosted is not None:
+            card.aliases = _other_names(card.id, hosted.names)
+            if hosted.kind != "chat":  # what the server makes of it: a cross-encoder stored as "embeddings" reranks
+                card.capabilities = list(_TASKS[hosted.kind])
     return [ModelCard(id=m.name, created=int(state.started), owned_by="inferd", loaded=m.name in loaded,
-                      capabilities=list(_TASKS[m.kind])) for m in host.models if m.name not in listed]
+                      capabilities=list(_TASKS[m.kind]), aliases=_other_names(m.name, m.names))
+            for m in host.models if m.name not in listed]
+
+
+def _served_names(state: ServerState, name: str) -> list[str]:
+    if name == state.model_name:
+        return state.served_names
+    served = getattr(state, "served", None)
+    model = served.named(name) if served is not None and hasattr(served, "named") else None
+    return list(model.names) if model is not None else []
+
+
+def _other_names(name: str, names) -> list[str] | None:
+    """The names besides `name` that a request may give for the model (none: null)."""
+    others = [n for n in dict.fromkeys(names) if n not in (name, f"{name}:latest")]
+    return others or None
 
 
 def find_model(cards: list[ModelCard], model_id: str) -> ModelCard:
     for card in cards:
-        if card.id == model_id or _same_name(card.id, model_id):
+        if card.id == model_id or _same_name(card.id, model_id) or model_id in (card.aliases or ()):
             return card
     raise NotFound(f"model {model_id!r} does not exist here; GET /v1/models lists the served and stored models",
                    param="model", code="model_not_found")

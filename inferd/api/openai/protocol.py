@@ -150,6 +150,7 @@ class ModelCard(BaseModel):
     max_model_len: int | None = None
     loaded: bool | None = None  # served now, or only stored (loaded on demand once a server does that)
     capabilities: list[str] | None = None  # completion, chat, tools, embeddings, rerank
+    aliases: list[str] | None = None  # other names a request may give for this model (--alias, a repository's short name)
 
 
 class ModelList(BaseModel):
