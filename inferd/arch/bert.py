@@ -1,5 +1,6 @@
 """The BERT family of encoders (BERT, MiniLM, BGE, E5; RoBERTa-style position
-numbering), with the sequence-classification head of cross-encoders.
+numbering; RoFormer's rotary positions), with the sequence-classification head
+of cross-encoders.
 
 A batch is packed: the token rows of every sequence one after another, [T, hidden],
 so nothing ever computes padding: the projections and the MLP take all rows at
@@ -30,6 +31,7 @@ ACTIVATIONS = {
 
 # Hugging Face name (after the model prefix) -> this module's name.
 _RENAMES = [
+    (re.compile(r"^embeddings_project\."), "embed_project."),
     (re.compile(r"^embeddings\.LayerNorm\."), "embed_norm."),
     (re.compile(r"^embeddings\."), ""),
     (re.compile(r"^encoder\.layer\.(\d+)\.attention\.output\.dense\."), r"layers.\1.attn_out."),
@@ -43,9 +45,10 @@ _RENAMES = [
 ]
 _QKV = re.compile(r"^encoder\.layer\.(\d+)\.attention\.self\.(query|key|value)\.(weight|bias)$")
 _SHARD = {"query": 0, "key": 1, "value": 2}
-_PREFIXES = ("bert.", "roberta.", "model.")
-# Tensors a checkpoint may carry that no encoder forward reads: masked-LM heads, buffers.
-_UNUSED = re.compile(r"^(cls\.|lm_head\.|position_ids$|embeddings\.position_ids$)")
+_PREFIXES = ("bert.", "roberta.", "roformer.", "model.")
+# Tensors a checkpoint may carry that no encoder forward reads: masked-LM heads, buffers,
+# RoFormer's sinusoid table (computed here, in float64, as its checkpoints were made).
+_UNUSED = re.compile(r"^(cls\.|lm_head\.|position_ids$|embeddings\.position_ids$|encoder\.embed_positions\.)")
 
 
 @dataclass
@@ -113,9 +116,13 @@ class EncoderLayer(nn.Module):
         self.down = nn.Linear(cfg.intermediate_size, hidden)
         self.out_norm = nn.LayerNorm(hidden, eps=cfg.layer_norm_eps)
         self.act = ACTIVATIONS[cfg.hidden_act]
+        self.rotated = (2 if cfg.rotary else 0) + (1 if cfg.rotary_value else 0)  # of query, key, value
 
-    def forward(self, x: torch.Tensor, batch: EncoderBatch, buffers: LayerBuffers) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, batch: EncoderBatch, buffers: LayerBuffers,
+                rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         qkv = torch.addmm(self.qkv.bias, x, self.qkv.weight.t(), out=buffers.qkv)
+        if self.rotated:
+            self._rotate(qkv, *rotary)
         attn = self.attention(qkv, batch, buffers.attn)
         x = self._add_norm(x, attn, self.attn_out, self.attn_norm, buffers)
         wide = self.act(torch.addmm(self.up.bias, x, self.up.weight.t(), out=buffers.wide))
@@ -127,6 +134,16 @@ class EncoderLayer(nn.Module):
         """norm(x + proj(h)): the bias joins the residual and the matmul adds onto it in place."""
         residual = torch.add(x, proj.bias, out=buffers.residual).addmm_(h, proj.weight.t())
         return norm(residual)
+
+    def _rotate(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+        """RoFormer's rotary positions, in place: each head's pairs (x[2i], x[2i+1])
+        of query and key (and value, with rotary_value) turned by position * theta_i."""
+        pairs = qkv.view(qkv.shape[0], 3, self.heads, self.head_dim // 2, 2)[:, :self.rotated]
+        even, odd = pairs[..., 0], pairs[..., 1]
+        cos, sin = cos[:, None, None], sin[:, None, None]  # [T, 1, 1, D/2]
+        turned_even = even * cos - odd * sin
+        odd.mul_(cos).addcmul_(even, sin)
+        even.copy_(turned_even)
 
     def attention(self, qkv: torch.Tensor, batch: EncoderBatch, out: torch.Tensor) -> torch.Tensor:
         hidden = out.shape[1]
@@ -147,10 +164,12 @@ class BertEncoder(nn.Module):
         super().__init__()
         self.cfg = cfg
         hidden = cfg.hidden_size
-        self.word_embeddings = nn.Embedding(cfg.vocab_size, hidden)
-        self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, hidden)
-        self.token_type_embeddings = nn.Embedding(max(cfg.type_vocab_size, 1), hidden)
-        self.embed_norm = nn.LayerNorm(hidden, eps=cfg.layer_norm_eps)
+        width = cfg.embedding_width
+        self.word_embeddings = nn.Embedding(cfg.vocab_size, width)
+        self.position_embeddings = None if cfg.rotary else nn.Embedding(cfg.max_position_embeddings, width)
+        self.token_type_embeddings = nn.Embedding(max(cfg.type_vocab_size, 1), width)
+        self.embed_norm = nn.LayerNorm(width, eps=cfg.layer_norm_eps)
+        self.embed_project = nn.Linear(width, hidden) if width != hidden else None
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_layers))
         self.pooler = self.classifier = None
         if cfg.num_labels:
@@ -159,17 +178,26 @@ class BertEncoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, type_ids: torch.Tensor,
                 batch: EncoderBatch) -> torch.Tensor:
-        x = self.word_embeddings(input_ids) + self.position_embeddings(positions + self.cfg.position_offset)
-        x = self.embed_norm(x + self.token_type_embeddings(type_ids))
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings(type_ids)
+        rotary = None
+        if self.position_embeddings is not None:
+            x += self.position_embeddings(positions + self.cfg.position_offset)
+        else:
+            rotary = rotary_angles(positions, self.cfg.head_dim, x.dtype)
+        x = self.embed_norm(x)
+        if self.embed_project is not None:
+            x = self.embed_project(x)
         buffers = LayerBuffers.of(self.cfg, x.shape[0], x)
         for layer in self.layers:
-            x = layer(x, batch, buffers)
+            x = layer(x, batch, buffers, rotary)
         return x
 
     def classify(self, hidden: torch.Tensor, batch: EncoderBatch) -> torch.Tensor:
         """[B, num_labels] logits in float32 from each sequence's first token."""
         first = hidden[torch.tensor(batch.first_rows, device=hidden.device)]
-        return self.classifier(torch.tanh(self.pooler(first))).float()
+        pooled = self.pooler(first)
+        pooled = torch.tanh(pooled) if self.cfg.classifier_act == "tanh" else ACTIVATIONS[self.cfg.classifier_act](pooled)
+        return self.classifier(pooled).float()
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype, device: torch.device) -> None:
         """Assign every parameter from (Hugging Face name, tensor) pairs, query,
@@ -214,6 +242,14 @@ def build_encoder(cfg: EncoderConfig) -> BertEncoder:
     """An empty encoder on the meta device; `load_weights` fills it."""
     with torch.device("meta"):
         return BertEncoder(cfg)
+
+
+def rotary_angles(positions: torch.Tensor, head_dim: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [T, head_dim / 2] of position * 10000^(-2i / head_dim), made in
+    float64 (RoFormer's own table is) so that long positions keep their precision."""
+    inv_freq = 10000.0 ** (-torch.arange(0, head_dim, 2, dtype=torch.float64, device=positions.device) / head_dim)
+    angles = positions.to(torch.float64)[:, None] * inv_freq
+    return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
 def _strip_prefix(name: str) -> str:

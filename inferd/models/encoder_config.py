@@ -9,19 +9,26 @@ from typing import Any, Literal
 
 from inferd.models.config import UnsupportedModelError
 
-# model_type -> the position id of the first token. RoBERTa-style models number
-# positions from padding_idx + 1; their checkpoints keep the unused rows.
-ENCODERS = {"bert": None, "roberta": "padding", "xlm-roberta": "padding", "camembert": "padding"}
+# model_type -> how positions enter: the position id of the first token for an
+# absolute table (RoBERTa-style models number from padding_idx + 1; their
+# checkpoints keep the unused rows), or "rotary" (RoFormer: query and key turned
+# by their position in each head, interleaved pairs; no position table).
+ENCODERS = {"bert": None, "roberta": "padding", "xlm-roberta": "padding", "camembert": "padding",
+            "roformer": "rotary"}
 ModelKind = Literal["chat", "embed", "rerank"]
-# Encoders whose positions are rotary (or whose layers differ from BERT's): recognised as
-# encoders, so that loading one says what it is instead of failing as a chat model would.
-ROTARY_ENCODERS = ("modernbert", "nomic_bert", "roformer", "new")
+# Encoders whose layers differ from BERT's: recognised as encoders, so that loading one
+# says what it is instead of failing as a chat model would.
+UNSUPPORTED_ENCODERS = {
+    "modernbert": "ModernBERT: local (windowed) and global attention layers in turn, gated MLPs",
+    "nomic_bert": "nomic-bert: gated MLPs, rotary positions as its checkpoint's own code defines them",
+    "new": "gte-new: gated MLPs, scaled rotary positions as its checkpoint's own code defines them",
+}
 
 
 def model_kind(hf: dict[str, Any]) -> ModelKind:
     """`rerank` for a sequence-classification head on an encoder, `embed` for a
     bare encoder, `chat` for everything else (decoders, checked when built)."""
-    if hf.get("model_type") not in (*ENCODERS, *ROTARY_ENCODERS):
+    if hf.get("model_type") not in (*ENCODERS, *UNSUPPORTED_ENCODERS):
         return "chat"
     heads = hf.get("architectures") or []
     return "rerank" if any(name.endswith("ForSequenceClassification") for name in heads) else "embed"
@@ -41,7 +48,14 @@ class EncoderConfig:
     hidden_act: str = "gelu"
     position_offset: int = 0  # position id of the first token (RoBERTa: padding_idx + 1)
     num_labels: int = 0  # > 0: a sequence-classification head (a cross-encoder)
-    classifier: Literal["bert", "roberta"] = "bert"  # pooler + linear, or dense + tanh + out_proj
+    classifier_act: str = "tanh"  # between the head's two linears (BERT's pooler, RoBERTa's dense: tanh)
+    rotary: bool = False  # positions turn query and key (RoFormer) instead of adding a table's row
+    rotary_value: bool = False  # ... and value too
+    embedding_size: int = 0  # token embeddings' width, projected to hidden_size where it differs
+
+    @property
+    def embedding_width(self) -> int:
+        return self.embedding_size or self.hidden_size
 
     @property
     def head_dim(self) -> int:
@@ -55,22 +69,26 @@ class EncoderConfig:
     @classmethod
     def from_hf(cls, hf: dict[str, Any]) -> "EncoderConfig":
         model_type = hf.get("model_type", "")
-        if model_type in ROTARY_ENCODERS:
+        if model_type in UNSUPPORTED_ENCODERS:
             raise UnsupportedModelError(
-                f"model_type {model_type!r} is an encoder with rotary positions, which inferd does not run; "
-                f"encoders with absolute positions run: {', '.join(sorted(ENCODERS))}")
+                f"model_type {model_type!r} ({UNSUPPORTED_ENCODERS[model_type]}) is an encoder whose layers differ "
+                f"from BERT's, which inferd does not run; encoders of BERT's shape run: {', '.join(sorted(ENCODERS))}")
         if model_type not in ENCODERS:
             raise UnsupportedModelError(
                 f"model_type {model_type!r} is not an encoder inferd runs; encoders: {', '.join(sorted(ENCODERS))}")
+        positions = ENCODERS[model_type]
         position_type = hf.get("position_embedding_type", "absolute")
-        if position_type != "absolute":
-            raise UnsupportedModelError(f"position_embedding_type {position_type!r} is not supported (absolute only)")
+        if position_type != "absolute" and positions != "rotary":
+            raise UnsupportedModelError(
+                f"position_embedding_type {position_type!r} is not supported for model_type {model_type!r} "
+                f"(absolute only; rotary positions run as model_type 'roformer')")
         rerank = model_kind(hf) == "rerank"
-        offset = hf.get("pad_token_id", 1) + 1 if ENCODERS[model_type] == "padding" else 0
+        offset = hf.get("pad_token_id", 1) + 1 if positions == "padding" else 0
+        hidden = hf["hidden_size"]
         return cls(
             model_type=model_type,
             vocab_size=hf["vocab_size"],
-            hidden_size=hf["hidden_size"],
+            hidden_size=hidden,
             intermediate_size=hf["intermediate_size"],
             num_layers=hf["num_hidden_layers"],
             num_heads=hf["num_attention_heads"],
@@ -80,5 +98,9 @@ class EncoderConfig:
             hidden_act=hf.get("hidden_act", "gelu"),
             position_offset=offset,
             num_labels=(len(hf.get("id2label") or {}) or hf.get("num_labels", 2)) if rerank else 0,
-            classifier="bert" if model_type == "bert" else "roberta",
+            # RoFormer's head applies the model's activation where BERT's and RoBERTa's apply tanh
+            classifier_act=hf.get("hidden_act", "gelu") if positions == "rotary" else "tanh",
+            rotary=positions == "rotary",
+            rotary_value=bool(hf.get("rotary_value", False)),
+            embedding_size=(hf.get("embedding_size") or hidden) if positions == "rotary" else hidden,
         )

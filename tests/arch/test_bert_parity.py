@@ -48,9 +48,11 @@ def _padded(seqs, types=None):
     return ids, mask, type_ids
 
 
-@pytest.mark.parametrize("kind", ["bert", "roberta"])
-def test_encoder_hidden_states_match_transformers(kind):
-    ref = tiny_encoder(kind)
+@pytest.mark.parametrize("kind,extra", [("bert", {}), ("roberta", {}), ("roformer", {}),
+                                        ("roformer", {"rotary_value": True})],
+                         ids=["bert", "roberta", "roformer", "roformer-rotary-value"])
+def test_encoder_hidden_states_match_transformers(kind, extra):
+    ref = tiny_encoder(kind, **extra)
     cfg, model = _inferd(ref)
     assert model_kind(_hf(ref)) == "embed"
     seqs = _batch(cfg.vocab_size)
@@ -72,13 +74,13 @@ def test_encoder_hidden_states_match_transformers(kind):
         torch.testing.assert_close(torch.tensor(per_token[i]), expected[i, :n], atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("kind,labels", [("bert", 1), ("roberta", 1), ("bert", 2)])
+@pytest.mark.parametrize("kind,labels", [("bert", 1), ("roberta", 1), ("bert", 2), ("roformer", 1), ("roformer", 2)])
 def test_cross_encoder_scores_match_transformers(kind, labels):
     ref = tiny_encoder(kind, labels=labels)
     cfg, model = _inferd(ref)
     assert model_kind(_hf(ref)) == "rerank" and cfg.num_labels == labels
     seqs = _batch(cfg.vocab_size, seed=5)
-    types = [[0] * (n // 2) + [1] * (n - n // 2) for n in LENGTHS] if kind == "bert" else None
+    types = [[0] * (n // 2) + [1] * (n - n // 2) for n in LENGTHS] if kind != "roberta" else None
     ids, mask, type_ids = _padded(seqs, types)
     with torch.no_grad():
         logits = ref(input_ids=ids, attention_mask=mask, token_type_ids=type_ids).logits
@@ -105,3 +107,29 @@ def test_decoder_pooling_matches_transformers_hidden_states(request, folder, mod
             hidden = ref(torch.tensor([seq]), output_hidden_states=True).hidden_states[-1][0]
         want = hidden.mean(0) if mode == "mean" else hidden[-1]
         assert F.cosine_similarity(got[i], F.normalize(want, dim=0), dim=0) >= 0.99999
+
+
+@pytest.mark.parametrize("labels", [0, 1])
+def test_a_saved_roformer_folder_loads_and_matches_transformers(tmp_path, labels):
+    """save_pretrained's names (a `roformer.` prefix under a head, the sinusoid
+    table) load, and the folder's vectors or scores are transformers'."""
+    from inferd.models.encoder_loader import load_encoder
+
+    from tiny_encoders import write_tiny_encoder
+
+    folder = write_tiny_encoder(tmp_path / "roformer", kind="roformer", labels=labels, seed=2)
+    loaded = load_encoder("tiny-roformer", folder, torch.float32, CPU)
+    assert loaded.kind == ("rerank" if labels else "embed") and loaded.config.rotary
+    assert loaded.max_tokens == 64  # the sinusoid table's length
+    ref = tiny_encoder("roformer", labels=labels, seed=2)
+    seqs = _batch(ref.config.vocab_size, seed=11)
+    ids, mask, _ = _padded(seqs)
+    forward = EncoderForward(loaded.model, loaded.pooling.mode, loaded.pooling.normalize, CPU)
+    got = torch.tensor(np.stack(forward([PooledInput(s) for s in seqs])), dtype=torch.float32)
+    with torch.no_grad():
+        out = ref(input_ids=ids, attention_mask=mask)
+    if labels:
+        torch.testing.assert_close(got, torch.sigmoid(out.logits[:, 0]), atol=1e-5, rtol=0)
+    else:
+        means = torch.stack([out.last_hidden_state[i, :n].mean(0) for i, n in enumerate(LENGTHS)])
+        assert F.cosine_similarity(got, F.normalize(means, dim=-1)).min() >= 0.99999

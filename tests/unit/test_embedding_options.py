@@ -68,15 +68,25 @@ def test_model_kinds():
     assert model_kind({"model_type": "xlm-roberta", "architectures": ["XLMRobertaForSequenceClassification"]}) == "rerank"
     assert model_kind({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}) == "chat"
     assert model_kind({"model_type": "modernbert", "architectures": ["ModernBertModel"]}) == "embed"
+    assert model_kind({"model_type": "roformer", "architectures": ["RoFormerForSequenceClassification"]}) == "rerank"
+
+
+RUN = ("is an encoder whose layers differ from BERT's, which inferd does not run; encoders of BERT's shape run: "
+       "bert, camembert, roberta, roformer, xlm-roberta")
 
 
 @pytest.mark.parametrize(("config", "message"), [
-    ({"model_type": "modernbert"}, "model_type 'modernbert' is an encoder with rotary positions, which inferd does "
-                                   "not run; encoders with absolute positions run: bert, camembert, roberta, xlm-roberta"),
+    ({"model_type": "modernbert"},
+     f"model_type 'modernbert' (ModernBERT: local (windowed) and global attention layers in turn, gated MLPs) {RUN}"),
+    ({"model_type": "nomic_bert"}, "model_type 'nomic_bert' (nomic-bert: gated MLPs, rotary positions as its "
+                                   f"checkpoint's own code defines them) {RUN}"),
+    ({"model_type": "new"}, "model_type 'new' (gte-new: gated MLPs, scaled rotary positions as its checkpoint's own "
+                            f"code defines them) {RUN}"),
     ({"model_type": "xlm-roberta", "position_embedding_type": "rotary"},
-     "position_embedding_type 'rotary' is not supported (absolute only)"),
-], ids=["modernbert", "jina-v3-style"])
-def test_rotary_encoders_are_refused_saying_so(tmp_path, config, message):
+     "position_embedding_type 'rotary' is not supported for model_type 'xlm-roberta' "
+     "(absolute only; rotary positions run as model_type 'roformer')"),
+], ids=["modernbert", "nomic-bert", "gte-new", "jina-v3-style"])
+def test_encoders_not_of_berts_shape_are_refused_saying_so(tmp_path, config, message):
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Model"], "vocab_size": 8, **config}))
     with pytest.raises(UnsupportedModelError) as error:
         load_encoder("rotary", tmp_path, torch.float32, torch.device("cpu"))
