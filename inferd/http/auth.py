@@ -12,7 +12,9 @@ admits the model and reserves tokens (`serving/admission.py`, the router's
 the client has gone; its x-ratelimit-* headers and the trace id go out on the
 response. Refusals answer in the envelope of the dialect that owns the path.
 A stream a router asked for (`x-inferd-report-usage`) ends with an SSE
-comment giving the tokens it used, so the router settles exactly.
+comment giving the tokens it used, so the router settles exactly. An answer
+whose request opened request cards names them (`x-inferd-request-card`): a
+trace id may be reused by clients, a card id names one request.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ ErrorResponder = Callable[[str, APIError], Response]
 WEBSOCKET_POLICY_VIOLATION = 1008
 USAGE_HEADER = b"x-inferd-report-usage"  # a router asks a worker for `usage_comment` at a stream's end
 USAGE_COMMENT = b": usage "
+CARD_HEADER = b"x-inferd-request-card"  # the ids of the request cards an answer's request opened, comma-separated
 
 
 class Forbidden(APIError):
@@ -110,6 +113,8 @@ class ApiKeyAuth:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 extra = [trace_header]
+                if ctx.cards:
+                    extra.append((CARD_HEADER, ",".join(card.id for card in ctx.cards).encode()))
                 if ctx.ticket is not None:
                     extra += [(k.lower().encode(), v.encode()) for k, v in ctx.ticket.headers.items()
                               if k.lower() != "retry-after"]

@@ -34,6 +34,8 @@ class RequestContext:
     tenants: Tenants | None = None
     services: dict[str, Any] = field(default_factory=dict)  # what the app lends its routes (cards)
     cards: list[Any] = field(default_factory=list)  # the request cards its generations opened (serving/cards.py)
+    # In a router: the ids of the cards the worker that answered opened for it (from its answer's header)
+    worker_cards: list[str] = field(default_factory=list)
 
 
 def current_request() -> RequestContext | None:

@@ -10,7 +10,8 @@ read as the bytes pass. The router asks the worker to end every stream with
 what it counted (an SSE comment, `http/auth.py`), so a stream that reports
 no usage of its own (OpenAI's without include_usage) settles exactly too;
 a stream its client left before the end settles to the count on the
-worker's request card once the worker has ended it; an error answer used
+worker's request cards once the worker has ended it (the cards its answer
+named: a trace id can name several requests); an error answer used
 nothing. Only an answer with no count anywhere (a worker that is not
 inferd) is charged the estimate.
 """
@@ -22,7 +23,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from inferd.http.auth import USAGE_COMMENT, USAGE_HEADER, refusal_error
+from inferd.http.auth import CARD_HEADER, USAGE_COMMENT, USAGE_HEADER, refusal_error
 from inferd.http.dialect import Endpoint
 from inferd.http.errors import APIError
 from inferd.http.request_context import TRACE_HEADER, current_request
@@ -66,6 +67,8 @@ class UsageMeter:
     ask_worker: Callable[[str], Awaitable[dict[str, int] | None]] | None = None  # worker id -> its card's counts
     status: int = 0
     worker: str | None = None  # the worker that answered
+    cards: list[str] = field(default_factory=list)  # the ids of the request cards the worker opened for it
+    on_cards: Callable[[list[str]], None] | None = None  # told those ids as the answer starts
     _carry: bytes = b""
 
     def usage(self) -> tuple[int, int, int]:
@@ -115,8 +118,11 @@ class UsageMeter:
             async def send_counting(message):
                 if message["type"] == "http.response.start":
                     self.status = message["status"]
-                    self.worker = next((v.decode("latin-1") for n, v in message.get("headers", ())
-                                        if n.lower() == WORKER_HEADER), None)
+                    headers = message.get("headers", ())
+                    self.worker = next((v.decode("latin-1") for n, v in headers if n.lower() == WORKER_HEADER), None)
+                    self.cards = card_ids(headers)
+                    if self.cards and self.on_cards is not None:
+                        self.on_cards(self.cards)
                 elif message["type"] == "http.response.body":
                     self.feed(message.get("body", b""))
                     if not message.get("more_body", False):
@@ -139,6 +145,14 @@ class UsageMeter:
             return
         if counted:
             self.seen.update(counted)
+
+
+def card_ids(headers) -> list[str]:
+    """The request cards an answer names (`x-inferd-request-card`: ids, comma-separated)."""
+    for name, value in headers:
+        if name.lower() == CARD_HEADER:
+            return [part for part in value.decode("latin-1").replace(" ", "").split(",") if part]
+    return []
 
 
 def usage_fields(obj) -> dict[str, int]:
@@ -174,8 +188,9 @@ async def admit_forward(endpoint: Endpoint, body: Mapping, model: str | None) ->
         return None
     ctx.model = model or ""
     traces = ctx.services.get("traces")
+    owner = ctx.key.name if ctx.key is not None else None
     if traces is not None:  # so /v1/requests through the router shows this request to its key
-        traces.note(ctx.trace_id, ctx.key.name if ctx.key is not None else None)
+        traces.note(ctx.trace_id, owner)
     if ctx.ticket is None or not ctx.ticket.generating:  # no keys, or not a generating path
         return None
     prompt, budget = prompt_estimate(endpoint, body), budget_of(body)
@@ -183,7 +198,13 @@ async def admit_forward(endpoint: Endpoint, body: Mapping, model: str | None) ->
         await ctx.tenants.admit(ctx.ticket, model or "", prompt + budget)
     except Refused as refused:
         return refusal_error(refused)
-    meter = UsageMeter(estimate=(prompt, budget))
+
+    def learned(ids: list[str]) -> None:  # the worker's own names for this request: unique, unlike its trace id
+        ctx.worker_cards = ids
+        if traces is not None:
+            traces.note_cards(ids, owner)
+
+    meter = UsageMeter(estimate=(prompt, budget), on_cards=learned)
     ctx.ticket.meters.append(meter.usage)
     return meter
 

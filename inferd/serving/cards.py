@@ -4,7 +4,9 @@ Every `Generation` gets a card when it is submitted: trace id, key, model,
 route, state, token counts, timings (queue time, until the engine first
 scheduled it; time to first token; duration) and the last 64 KiB of output.
 Cards of requests in flight are kept by id; finished ones move to a bounded
-ring, the newest first. A card can stop its generation from another connection:
+ring, the newest first. A card's id is unique; its trace id is the client's
+x-request-id when it sent one, which clients may reuse, so a lookup by trace
+id takes the newest card of that trace the caller may see. A card can stop its generation from another connection:
 `cancel` ends the original answer with its dialect's error, `interrupt` ends
 it normally with the output so far.
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -99,8 +102,19 @@ class RequestCards:
     def get(self, id: str) -> RequestCard | None:
         return self.in_flight.get(id) or next((c for c in self.finished if c.id == id), None)
 
-    def listed(self, key: str | None = None, model: str | None = None, state: str | None = None) -> list[RequestCard]:
+    def find(self, id: str, visible: Callable[[RequestCard], bool] = lambda card: True) -> RequestCard | None:
+        """The card with this id, else the newest card with this trace id among those `visible` allows
+        (a reused x-request-id names several requests; another key's must not hide the caller's own)."""
+        card = self.get(id)
+        if card is not None:
+            return card if visible(card) else None
+        return max(self.listed(trace_id=id, visible=visible), key=lambda c: c.started, default=None)
+
+    def listed(self, key: str | None = None, model: str | None = None, state: str | None = None,
+               trace_id: str | None = None,
+               visible: Callable[[RequestCard], bool] = lambda card: True) -> list[RequestCard]:
         """In flight first (oldest first), then finished (newest first)."""
         cards = [*self.in_flight.values(), *self.finished]
         return [c for c in cards if (key is None or c.key == key) and (model is None or c.model == model)
-                and (state is None or c.state == state)]
+                and (state is None or c.state == state) and (trace_id is None or c.trace_id == trace_id)
+                and visible(c)]

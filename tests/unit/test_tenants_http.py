@@ -237,6 +237,40 @@ def test_a_key_sees_only_its_own_requests_and_usage(server):
     run(go())
 
 
+def test_a_reused_trace_id_finds_each_keys_own_card_and_answers_name_their_cards(server):
+    async def go():
+        async with server.client() as c:
+            a, secret_a = await new_key(c)
+            b, secret_b = await new_key(c)
+            reused = {"x-request-id": f"reused-{a}"}
+            first = await c.post("/v1/chat/completions", json=CHAT, headers={**bearer(secret_a), **reused})
+            again = await c.post("/v1/chat/completions", json=CHAT, headers={**bearer(secret_a), **reused})
+            other = await c.post("/v1/chat/completions", json=CHAT, headers={**bearer(secret_b), **reused})
+            named = [r.headers["x-inferd-request-card"] for r in (first, again, other)]
+            assert len(set(named)) == 3 and all(r.headers["x-request-id"] == reused["x-request-id"]
+                                                for r in (first, again, other))
+            by_trace = {who: (await c.get(f"/v1/requests/{reused['x-request-id']}", headers=h)).json()
+                        for who, h in (("a", bearer(secret_a)), ("b", bearer(secret_b)), ("admin", AUTH))}
+            # a's newest, though b's is newer still; b's own; an admin sees the newest of all
+            assert (by_trace["a"]["id"], by_trace["a"]["key"]) == (named[1], a)
+            assert (by_trace["b"]["id"], by_trace["b"]["key"]) == (named[2], b)
+            assert by_trace["admin"]["id"] == named[2]
+            assert (await c.get(f"/v1/requests/{named[0]}", headers=bearer(secret_a))).json()["id"] == named[0]
+            assert (await c.get(f"/v1/requests/{named[0]}", headers=bearer(secret_b))).status_code == 404
+            listed = (await c.get("/v1/requests", params={"trace_id": reused["x-request-id"]}, headers=AUTH)).json()
+            assert sorted(card["id"] for card in listed["data"]) == sorted(named)
+            for path, body in (("/v1/chat/completions", {**CHAT, "stream": True}),
+                               ("/api/chat", {**CHAT, "stream": True}), ("/v1/messages", {**CHAT, "stream": True})):
+                async with c.stream("POST", path, json=body, headers=bearer(secret_a)) as streamed:
+                    card_id = streamed.headers["x-inferd-request-card"]  # with the status line, before any token
+                    await streamed.aread()
+                assert (await c.get(f"/v1/requests/{card_id}", headers=bearer(secret_a))).json()["route"] == path
+            unnamed = await c.get("/v1/models", headers=bearer(secret_a))  # opens no card: names none
+            assert "x-inferd-request-card" not in unnamed.headers
+
+    run(go())
+
+
 def test_trace_ids_are_echoed_when_sane_and_made_otherwise(server):
     async def go():
         async with server.client() as c:

@@ -1,13 +1,15 @@
 """Request cards (`serving/cards.py`) over HTTP:
 
-    GET  /v1/requests                    in flight first, then recently finished; ?model= ?state=
+    GET  /v1/requests                    in flight first, then recently finished; ?model= ?state= ?trace_id=
     GET  /v1/requests/{id}               one card with the last 64 KiB of output
     POST /v1/requests/{id}/cancel        the original answer ends with its dialect's error
     POST /v1/requests/{id}/interrupt     the original answer ends normally with the output so far
 
-`{id}` is the request's id or its trace id (x-request-id). With API keys, a
-key sees its own requests and an admin key sees all; another key's request
-is answered 404, as if it did not exist.
+`{id}` is the request's id (every generating answer names it in its
+x-inferd-request-card header) or its trace id (x-request-id). Clients may
+reuse a trace id, so by trace id it is the newest such request the caller
+may see. With API keys, a key sees its own requests and an admin key sees
+all; another key's request is answered 404, as if it did not exist.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ def _visible_to_caller(card: RequestCard) -> bool:
 
 
 def _card(state: ServerState, id: str) -> RequestCard:
-    card = state.cards.get(id) or next((c for c in state.cards.listed() if c.trace_id == id), None)
-    if card is None or not _visible_to_caller(card):
+    card = state.cards.find(id, _visible_to_caller)
+    if card is None:
         raise NotFound(f"no request {id!r} among those in flight or recently finished; GET /v1/requests lists them",
                        code="request_not_found")
     return card
@@ -43,7 +45,8 @@ async def list_requests(request: Request, state: ServerState = Depends(get_state
     model, wanted = request.query_params.get("model") or None, request.query_params.get("state") or None
     if wanted is not None and wanted not in STATES:
         raise BadRequest(f"state must be one of {', '.join(STATES)}, got {wanted!r}", param="state")
-    cards = [c for c in state.cards.listed(model=model, state=wanted) if _visible_to_caller(c)]
+    cards = state.cards.listed(model=model, state=wanted, trace_id=request.query_params.get("trace_id") or None,
+                               visible=_visible_to_caller)
     return {"object": "list", "data": [c.public() for c in cards]}
 
 
