@@ -1,14 +1,26 @@
-"""What every job route needs: the server's job plane and who is asking
-(the key's name; "" on a server without keys). A key sees only its own
-files and jobs: anyone else's answer as not found."""
+"""What every job route needs: the server's job plane and who is asking.
+
+The owner of a file or job is the key's name ("" on a server without keys),
+and a key sees only its own: anyone else's answer as not found. A router in
+front authenticates its callers with keys of its own and reaches the worker
+with one worker key, so it names the caller in `x-inferd-on-behalf-of`, as a
+gateway does. The worker takes that name as the owner only from a key
+allowed to speak for others (an admin key, such as the router's
+--worker-api-key) or on a server without keys (open to all already); an
+ordinary key that sends it is refused, so no client can read another's jobs
+by naming them."""
 
 from __future__ import annotations
 
 from fastapi import Request
 
+from inferd.http.auth import Forbidden
 from inferd.http.errors import BadRequest, NotFound
 from inferd.http.request_context import current_request
 from inferd.jobs.plane import JobPlane
+from inferd.tenants.keys import NAME
+
+ON_BEHALF_HEADER = "x-inferd-on-behalf-of"
 
 
 def get_plane(request: Request) -> JobPlane:
@@ -18,9 +30,33 @@ def get_plane(request: Request) -> JobPlane:
     return plane
 
 
-def owner() -> str:
+def caller() -> str:
+    """The key that sent the request: it runs a job's items and is charged for them here."""
     ctx = current_request()
     return ctx.key.name if ctx is not None and ctx.key is not None else ""
+
+
+async def job_owner(request: Request) -> str:
+    """Whose files and jobs the request sees and makes: the caller's, or the one a trusted key speaks for.
+    (A route's dependency; async, so it reads the request's context where the route runs.)"""
+    return owner_of(request)
+
+
+def owner_of(request: Request) -> str:
+    """`job_owner` for code that holds the request."""
+    named = request.headers.get(ON_BEHALF_HEADER)
+    if named is None:
+        return caller()
+    ctx = current_request()
+    key = ctx.key if ctx is not None else None
+    if key is not None and not key.admin:
+        raise Forbidden(f"{ON_BEHALF_HEADER} may be sent only with an admin key (a router's --worker-api-key); "
+                        f"API key {key.name!r} is not one: leave the header out", code="on_behalf_not_allowed")
+    named = named.strip()
+    if not NAME.match(named):
+        raise BadRequest(f"{ON_BEHALF_HEADER} must be a key name (1-64 of A-Z a-z 0-9 . _ -), got {named[:80]!r}",
+                         param=ON_BEHALF_HEADER)
+    return named
 
 
 def page_limit(limit: int | None, default: int = 20, most: int = 100) -> int:

@@ -8,6 +8,12 @@ its result. `finish_item` writes an item's result in the same transaction
 that marks it done, so after a crash every item is either done with its
 result or still pending (and run again), never done twice.
 
+A job made on behalf of another (a router's caller, named by the router's
+worker key) keeps both: its owner sees it, its caller's key runs its items.
+Each such item's tokens are owed to the owner in the router's books: a row
+of `charges`, written in the transaction that finishes the item, until a
+router claims it (`claim_charges`), so each is charged once.
+
 Job states: validating, queued, in_progress, finalizing, completed, failed,
 expired, cancelling, cancelled. Item states: pending, succeeded, errored,
 canceled, expired.
@@ -22,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 FILE_NAME = "jobs.sqlite3"
@@ -79,9 +86,20 @@ CREATE TABLE IF NOT EXISTS files (
     expires_at REAL
 );
 CREATE INDEX IF NOT EXISTS files_owner ON files (owner, created_at);
+CREATE TABLE IF NOT EXISTS charges (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    owner TEXT NOT NULL,
+    model TEXT NOT NULL,
+    day TEXT NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    cached_tokens INTEGER NOT NULL,
+    error INTEGER NOT NULL,
+    job_id TEXT NOT NULL
+);
 """
 # Columns added since a store was first made: (table, column, declaration), added when missing.
-_ADDED_COLUMNS = (("files", "expires_at", "REAL"),)
+_ADDED_COLUMNS = (("files", "expires_at", "REAL"), ("jobs", "caller", "TEXT"))
 
 
 class JobStoreError(Exception):
@@ -107,6 +125,11 @@ class Job:
     result: dict  # output_file_id, error_file_id, errors
     total: int
     counts: dict[str, int] = field(default_factory=dict)  # items by state
+    caller: str = ""  # the key that made it and runs its items: the owner, unless it spoke for the owner
+
+    @property
+    def on_behalf(self) -> bool:
+        return self.caller != self.owner
 
     @property
     def active(self) -> bool:
@@ -127,6 +150,16 @@ class Item:
 
 
 @dataclass(frozen=True)
+class ItemUsage:
+    """The tokens an item's generations used, and the model they ran on."""
+
+    model: str
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
+
+
+@dataclass(frozen=True)
 class ItemResult:
     """What running an item produced: the answer's status and JSON body."""
 
@@ -134,6 +167,22 @@ class ItemResult:
     status_code: int | None = None
     body: dict | None = None
     request_id: str | None = None
+    usage: ItemUsage | None = None  # None: it never reached a model
+
+
+@dataclass(frozen=True)
+class Charge:
+    """Tokens owed to a job's owner in a router's usage ledger (as `tenants.Ledger.record` takes them)."""
+
+    seq: int
+    owner: str
+    model: str
+    day: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    error: bool
+    job_id: str
 
 
 @dataclass(frozen=True)
@@ -150,7 +199,9 @@ class FileRecord:
 
 _FILE_COLUMNS = "id, owner, purpose, filename, bytes, sha256, created_at, expires_at"
 _UNEXPIRED = "(expires_at IS NULL OR expires_at > ?)"
-_JOB_COLUMNS = "id, kind, owner, state, endpoint, created_at, expires_at, cancel_requested, spec, times, result, total"
+_JOB_COLUMNS = ("id, kind, owner, state, endpoint, created_at, expires_at, cancel_requested, spec, times, result, total, "
+                "caller")
+_CHARGE_COLUMNS = "seq, owner, model, day, prompt_tokens, completion_tokens, cached_tokens, error, job_id"
 
 
 class JobStore:
@@ -187,14 +238,16 @@ class JobStore:
 
     # -- jobs ----------------------------------------------------------------
     def create(self, id: str, kind: str, owner: str, endpoint: str, spec: dict, *, state: str = "validating",
-               expires_at: float | None = None, items: Iterable[tuple[str, dict]] = ()) -> Job:
+               expires_at: float | None = None, items: Iterable[tuple[str, dict]] = (),
+               caller: str | None = None) -> Job:
+        """`caller`: the key that asks, when it is not `owner` (it speaks for the owner)."""
         now = self.clock()
         items = list(items)
         with self._tx() as db:
             times = {} if state == "validating" else {f"{state}_at": now}
-            db.execute(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, '{{}}', ?)",
+            db.execute(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, '{{}}', ?, ?)",
                        (id, kind, owner, state, endpoint, now, expires_at, json.dumps(spec), json.dumps(times),
-                        len(items)))
+                        len(items), owner if caller is None else caller))
             self._insert_items(db, id, items)
             self._event(db, id, "created", {"kind": kind, "items": len(items)}, now)
         return self.get(id)
@@ -306,7 +359,8 @@ class JobStore:
                 for r in rows]
 
     def finish_item(self, id: str, idx: int, result: ItemResult) -> bool:
-        """The item's result and its being done, in one transaction; False when it was already done."""
+        """The item's result and its being done, in one transaction (with what its owner is owed, when the
+        job was made on the owner's behalf); False when it was already done."""
         now = self.clock()
         with self._tx() as db:
             cursor = db.execute(
@@ -314,7 +368,24 @@ class JobStore:
                 "WHERE job_id = ? AND idx = ? AND state = 'pending'",
                 (result.state, result.status_code, json.dumps(result.body) if result.body is not None else None,
                  result.request_id, now, id, idx))
-        return cursor.rowcount == 1
+            done = cursor.rowcount == 1
+            usage = result.usage
+            if done and usage is not None:
+                owner, caller = db.execute("SELECT owner, caller FROM jobs WHERE id = ?", (id,)).fetchone()
+                if caller is not None and caller != owner:
+                    db.execute(f"INSERT INTO charges ({_CHARGE_COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?)",
+                               (owner, usage.model, _utc_day(now), usage.prompt, usage.completion,
+                                usage.cached, int(result.state != "succeeded"), id))
+        return done
+
+    # -- charges -------------------------------------------------------------
+    def claim_charges(self, limit: int = 1000) -> list[Charge]:
+        """The oldest charges not yet claimed, removed as they are handed out (each is claimed once)."""
+        with self._tx() as db:
+            rows = db.execute(f"SELECT {_CHARGE_COLUMNS} FROM charges ORDER BY seq LIMIT ?", (limit,)).fetchall()
+            if rows:
+                db.execute("DELETE FROM charges WHERE seq <= ?", (rows[-1][0],))
+        return [Charge(*r[:7], bool(r[7]), r[8]) for r in rows]
 
     def end_pending(self, id: str, state: str) -> int:
         """Every item not run yet ends as `state` (canceled, expired)."""
@@ -406,4 +477,8 @@ class _Transaction:
 
 def _job(row: tuple, counts: dict[str, int]) -> Job:
     return Job(row[0], row[1], row[2], row[3], row[4], row[5], row[6], bool(row[7]), json.loads(row[8]),
-               json.loads(row[9]), json.loads(row[10]), row[11], counts)
+               json.loads(row[9]), json.loads(row[10]), row[11], counts, row[2] if row[12] is None else row[12])
+
+
+def _utc_day(now: float) -> str:
+    return datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%d")

@@ -24,6 +24,7 @@ from inferd.discovery.static import parse_workers
 from inferd.router.breaker import CircuitBreaker
 from inferd.router.fleet import Fleet
 from inferd.router.health import check_fleet, run_health_checks
+from inferd.router.job_charges import run_charge_claims
 from inferd.router.policies import KV_AWARE_OPTIONS, make_policy
 from inferd.router.policies.base import Policy
 from inferd.router.proxy import Proxy
@@ -115,6 +116,7 @@ async def start_router(state: RouterState) -> None:
         state.tasks.append(asyncio.create_task(
             run_health_checks(state.fleet, state.client, config.health_interval, state.worker_headers),
             name="health checks"))
+    state.tasks.append(asyncio.create_task(run_charge_claims(state), name="job charges"))
     if config.etcd:
         from inferd.discovery.etcd_watch import EtcdWatcher
 

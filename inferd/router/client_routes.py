@@ -26,7 +26,7 @@ from inferd.http.errors import APIError, BadRequest, unreadable_body
 from inferd.http.form_fields import form_fields, is_form
 from inferd.http.request_context import current_request
 from inferd.router.admission import UsageMeter, admit_forward, with_trace_id
-from inferd.router.http_headers import request_headers
+from inferd.router.http_headers import ON_BEHALF_HEADER, request_headers
 from inferd.router.policies.direct import named_worker
 from inferd.router.proxy import Forward
 from inferd.router.request_cards import counted_by_worker
@@ -37,6 +37,8 @@ _STORED_ID = re.compile(r"^(resp_|batch_|msgbatch_|file-)[A-Za-z0-9_-]+$")
 # Where a request names something a worker keeps: path parameters, then body fields.
 _STORED_PARAMS = ("response_id", "batch_id", "file_id", "job_id")
 _STORED_FIELDS = ("previous_response_id", "input_file_id")
+# The headers that say whose stored things a lookup may find.
+_WHO_ASKS = (b"authorization", b"x-api-key", ON_BEHALF_HEADER)
 # What a forwarded path keeps as it is: its escapes and the characters a path may hold.
 _PATH_SAFE = "/%!$&'()*+,;=:@~-._"
 
@@ -83,11 +85,14 @@ async def forward(request: Request, endpoint: Endpoint):
     pinned, observe = None, None
     response_id = next((v for v in (*map(request.path_params.get, _STORED_PARAMS), *map(body.get, _STORED_FIELDS))
                         if v), None)
-    to_worker = request_headers(list(request.scope["headers"]), state.config.worker_api_key, state.tenants.enabled)
+    ctx = current_request()
+    caller = ctx.key.name if ctx is not None and ctx.key is not None else None
+    to_worker = request_headers(list(request.scope["headers"]), state.config.worker_api_key, state.tenants.enabled,
+                                on_behalf_of=caller)
     if isinstance(response_id, str) and _STORED_ID.match(response_id):
-        # Asked with the key the request goes on with (the caller's, passed through), so a worker answers
-        # only for what that key may read and a worker's per-key isolation holds across the router.
-        keys = {n.decode("latin-1"): v.decode("latin-1") for n, v in to_worker if n in (b"authorization", b"x-api-key")}
+        # Asked as the request goes on (the caller's key passed through, or the worker key for the caller
+        # the router identified), so a worker answers only for what the caller may read.
+        keys = {n.decode("latin-1"): v.decode("latin-1") for n, v in to_worker if n in _WHO_ASKS}
         pinned = await state.owners.locate(response_id, state.fleet, state.client, keys)
     if endpoint.stores_response:
         observe = state.owners.learn
@@ -96,6 +101,8 @@ async def forward(request: Request, endpoint: Endpoint):
         return error_response_for_path(path, admitted)
     target = forwarded_target(request)
     if isinstance(admitted, UsageMeter):
+        if body.get("background") is True:  # answered queued, with no usage: the run is claimed later (job_charges)
+            admitted.estimate = (0, 0)
         to_worker = admitted.asking(to_worker)
         trace = current_request().trace_id
         admitted.ask_worker = lambda worker_id: counted_by_worker(state, worker_id, trace)

@@ -5,7 +5,10 @@ router also drops what it sets itself: Host and Content-Length (recomputed),
 Accept-Encoding (workers answer uncompressed, so bytes pass through as they
 are), and its own routing header. Client keys for the router are not the
 workers' keys: with --worker-api-key they are replaced; with router keys of
-its own they are dropped; with neither they pass through unchanged.
+its own they are dropped; with neither they pass through unchanged. A
+caller the router's keys identified is named to the worker in
+`x-inferd-on-behalf-of` (whose files and jobs these are, `api/job_access.py`);
+a client's own such header never crosses.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ HOP_BY_HOP = frozenset({
     b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"proxy-connection",
     b"te", b"trailer", b"transfer-encoding", b"upgrade",
 })
+ON_BEHALF_HEADER = b"x-inferd-on-behalf-of"
 _SET_BY_ROUTER = frozenset({b"host", b"content-length", b"accept-encoding", b"x-worker-id",
-                            b"x-worker-instance-id"})
+                            b"x-worker-instance-id", ON_BEHALF_HEADER})
 _KEYS = frozenset({b"authorization", b"x-api-key"})
 
 WORKER_HEADER = b"x-inferd-worker"  # on every forwarded answer: which worker produced it
@@ -33,13 +37,16 @@ def _named_in_connection(headers: Iterable[tuple[bytes, bytes]]) -> set[bytes]:
 
 
 def request_headers(client: list[tuple[bytes, bytes]], worker_api_key: str | None,
-                    router_has_keys: bool) -> list[tuple[bytes, bytes]]:
+                    router_has_keys: bool, on_behalf_of: str | None = None) -> list[tuple[bytes, bytes]]:
+    """`on_behalf_of`: the name of the router's key that sent the request."""
     drop = HOP_BY_HOP | _SET_BY_ROUTER | _named_in_connection(client)
     if worker_api_key or router_has_keys:
         drop |= _KEYS
     out = [(n, v) for n, v in client if n.lower() not in drop]
     if worker_api_key:
         out.append((b"authorization", b"Bearer " + worker_api_key.encode()))
+    if on_behalf_of:
+        out.append((ON_BEHALF_HEADER, on_behalf_of.encode()))
     out.append((b"accept-encoding", b"identity"))
     return out
 

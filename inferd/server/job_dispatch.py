@@ -5,6 +5,10 @@ created the job, with that key's scopes, limits and usage ledger. So an item
 is answered exactly as the same request sent over HTTP would be, errors in
 its dialect's envelope included.
 
+A job made on behalf of another key (through a router) runs as the key that
+made it; each item's tokens go with its result (`ItemResult.usage`), so the
+store can keep what the owner owes for a router to claim.
+
 Batch items run at low priority, behind interactive traffic. An item that
 cannot run now (the model still loading, the queue full, the key's rate
 spent for the minute) is retried later; one that never could (a daily
@@ -26,7 +30,7 @@ from inferd.http.auth import refusal_error
 from inferd.http.errors import APIError
 from inferd.http.request_context import RequestContext, request_current
 from inferd.jobs.runner import RESPONSE_ID, Retry
-from inferd.jobs.store import Item, ItemResult, Job
+from inferd.jobs.store import Item, ItemResult, ItemUsage, Job
 from inferd.server.model_select import ModelSelect
 from inferd.serving.state import ServerState
 from inferd.tenants.gate import Ticket
@@ -58,9 +62,9 @@ class InProcessDispatch:
         tenants = self.state.tenants
         ctx = RequestContext(trace_id=f"{job.id}-{item.idx}", path=path, tenants=tenants,
                              services={"cards": self.state.cards})
-        if tenants is not None and tenants.enabled and job.owner:
+        if tenants is not None and tenants.enabled and job.caller:
             try:
-                ctx.key = _usable_key(tenants, job.owner)
+                ctx.key = _usable_key(tenants, job.caller)
                 ctx.ticket = Ticket(ctx.key)
                 await tenants.enter(ctx.ticket)
             except Refused as refused:
@@ -81,7 +85,7 @@ class InProcessDispatch:
             parsed = json.loads(body) if body else None
         except ValueError:
             parsed = {"text": body.decode("utf-8", "replace")}
-        return ItemResult("succeeded" if status < 400 else "errored", status, parsed, ctx.trace_id)
+        return ItemResult("succeeded" if status < 400 else "errored", status, parsed, ctx.trace_id, _usage(ctx, item))
 
     def _error(self, path: str, err: APIError, request_id: str) -> ItemResult:
         response = error_response_for_path(path, err)
@@ -122,6 +126,15 @@ class InProcessDispatch:
             await self._routes()(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in started.get("headers", [])}
         return started.get("status", 500), headers, b"".join(chunks)
+
+
+def _usage(ctx: RequestContext, item: Item) -> ItemUsage | None:
+    """What the item's generations used (as the request cards counted them); None when none started."""
+    if not ctx.cards:
+        return None
+    model = ctx.model or ctx.cards[0].model or str(item.request.get("model") or "")
+    return ItemUsage(model, sum(c.prompt_tokens for c in ctx.cards), sum(c.completion_tokens for c in ctx.cards),
+                     sum(c.cached_tokens for c in ctx.cards))
 
 
 def _usable_key(tenants, name: str):

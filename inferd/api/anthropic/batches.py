@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from inferd.api.anthropic.errors import AnthropicRoute
 from inferd.api.anthropic.protocol import MessagesRequest
-from inferd.api.job_access import get_plane, owner, page_limit
+from inferd.api.job_access import caller, get_plane, job_owner, page_limit
 from inferd.http.errors import BadRequest, NotFound, validation_message
 from inferd.jobs.plane import JobPlane
 from inferd.jobs.runner import JobKind
@@ -90,29 +90,31 @@ def checked_requests(body: CreateMessageBatch) -> list[tuple[str, dict]]:
     return items
 
 
-async def find_batch(plane: JobPlane, id: str) -> Job:
-    job = await asyncio.to_thread(plane.store.get, id, owner())
+async def find_batch(plane: JobPlane, id: str, owner: str) -> Job:
+    job = await asyncio.to_thread(plane.store.get, id, owner)
     if job is None or job.kind != "message_batch":
         raise NotFound(f"message batch {id!r} not found")
     return job
 
 
 @router.post("/v1/messages/batches")
-async def create_batch(body: CreateMessageBatch, raw: Request, plane: JobPlane = Depends(get_plane)):
+async def create_batch(body: CreateMessageBatch, raw: Request, plane: JobPlane = Depends(get_plane),
+                       owner: str = Depends(job_owner)):
     items = checked_requests(body)
-    job = await asyncio.to_thread(plane.store.create, new_id("msgbatch_"), "message_batch", owner(), ENDPOINT, {},
-                                  state="in_progress", expires_at=time.time() + WINDOW, items=items)
+    job = await asyncio.to_thread(plane.store.create, new_id("msgbatch_"), "message_batch", owner, ENDPOINT, {},
+                                  state="in_progress", expires_at=time.time() + WINDOW, items=items, caller=caller())
     plane.runner.wake()
     return batch_object(job, str(raw.base_url))
 
 
 @router.get("/v1/messages/batches")
 async def list_batches(raw: Request, after_id: str | None = None, before_id: str | None = None,
-                       limit: int | None = Query(None), plane: JobPlane = Depends(get_plane)):
+                       limit: int | None = Query(None), plane: JobPlane = Depends(get_plane),
+                       owner: str = Depends(job_owner)):
     limit = page_limit(limit, default=20, most=1000)
     if after_id is not None and before_id is not None:
         raise BadRequest("send after_id or before_id, not both", param="before_id")
-    jobs = await asyncio.to_thread(plane.store.list, owner(), kinds=("message_batch",), after=after_id,
+    jobs = await asyncio.to_thread(plane.store.list, owner, kinds=("message_batch",), after=after_id,
                                    before=before_id, limit=limit + 1)
     # Newest first either way; with before_id the extra job (for has_more) is the newest, left off.
     page = jobs[-limit:] if before_id is not None else jobs[:limit]
@@ -122,20 +124,20 @@ async def list_batches(raw: Request, after_id: str | None = None, before_id: str
 
 
 @router.get("/v1/messages/batches/{batch_id}")
-async def retrieve_batch(batch_id: str, raw: Request, plane: JobPlane = Depends(get_plane)):
-    return batch_object(await find_batch(plane, batch_id), str(raw.base_url))
+async def retrieve_batch(batch_id: str, raw: Request, plane: JobPlane = Depends(get_plane), owner: str = Depends(job_owner)):
+    return batch_object(await find_batch(plane, batch_id, owner), str(raw.base_url))
 
 
 @router.post("/v1/messages/batches/{batch_id}/cancel")
-async def cancel_batch(batch_id: str, raw: Request, plane: JobPlane = Depends(get_plane)):
-    job = await find_batch(plane, batch_id)
+async def cancel_batch(batch_id: str, raw: Request, plane: JobPlane = Depends(get_plane), owner: str = Depends(job_owner)):
+    job = await find_batch(plane, batch_id, owner)
     await plane.runner.cancel(job.id)  # an ended batch stays as it is, as Anthropic's does
-    return batch_object(await find_batch(plane, batch_id), str(raw.base_url))
+    return batch_object(await find_batch(plane, batch_id, owner), str(raw.base_url))
 
 
 @router.delete("/v1/messages/batches/{batch_id}")
-async def delete_batch(batch_id: str, plane: JobPlane = Depends(get_plane)):
-    job = await find_batch(plane, batch_id)
+async def delete_batch(batch_id: str, plane: JobPlane = Depends(get_plane), owner: str = Depends(job_owner)):
+    job = await find_batch(plane, batch_id, owner)
     if job.active:
         raise BadRequest(f"message batch {job.id} is still processing; cancel it and wait for it to end first")
     await asyncio.to_thread(plane.store.delete, job.id)
@@ -143,8 +145,8 @@ async def delete_batch(batch_id: str, plane: JobPlane = Depends(get_plane)):
 
 
 @router.get("/v1/messages/batches/{batch_id}/results")
-async def batch_results(batch_id: str, plane: JobPlane = Depends(get_plane)):
-    job = await find_batch(plane, batch_id)
+async def batch_results(batch_id: str, plane: JobPlane = Depends(get_plane), owner: str = Depends(job_owner)):
+    job = await find_batch(plane, batch_id, owner)
     if job.active:
         raise BadRequest(f"message batch {job.id} has not ended yet; its results are ready when processing_status "
                          "is 'ended'")

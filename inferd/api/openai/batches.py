@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict
 
-from inferd.api.job_access import get_plane, owner, page_limit
+from inferd.api.job_access import caller, get_plane, job_owner, page_limit
 from inferd.api.openai.files import expiry_seconds, find_file
 from inferd.http.errors import BadRequest, NotFound
 from inferd.jobs.batch_input import parse_batch_input
@@ -61,15 +61,15 @@ def batch_object(job: Job) -> dict[str, Any]:
     }
 
 
-async def find_batch(plane: JobPlane, id: str) -> Job:
-    job = await asyncio.to_thread(plane.store.get, id, owner())
+async def find_batch(plane: JobPlane, id: str, owner: str) -> Job:
+    job = await asyncio.to_thread(plane.store.get, id, owner)
     if job is None or job.kind != "batch":
         raise NotFound(f"No batch found with id '{id}'.", code="batch_not_found")
     return job
 
 
 @router.post("/v1/batches")
-async def create_batch(body: CreateBatchRequest, plane: JobPlane = Depends(get_plane)):
+async def create_batch(body: CreateBatchRequest, plane: JobPlane = Depends(get_plane), owner: str = Depends(job_owner)):
     if body.endpoint not in ENDPOINTS:
         raise BadRequest(f"endpoint must be one of {', '.join(ENDPOINTS)}, got {body.endpoint!r}", param="endpoint")
     if body.completion_window not in WINDOWS:
@@ -80,40 +80,41 @@ async def create_batch(body: CreateBatchRequest, plane: JobPlane = Depends(get_p
     policy = body.output_expires_after or {}
     output_expiry = expiry_seconds(policy.get("anchor"), policy.get("seconds"), "output_expires_after") \
         if body.output_expires_after is not None else None
-    record = find_file(plane, body.input_file_id, param="input_file_id")
+    record = find_file(plane, body.input_file_id, owner, param="input_file_id")
     if record.purpose != "batch":
         raise BadRequest(f"file {record.id} has purpose {record.purpose!r}; upload the batch input with purpose "
                          "'batch'", param="input_file_id")
     spec = {"input_file_id": record.id, "completion_window": body.completion_window, "metadata": body.metadata,
             "output_expiry": output_expiry}
     expires = time.time() + WINDOWS[body.completion_window]
-    job = await asyncio.to_thread(plane.store.create, new_id("batch_"), "batch", owner(), body.endpoint, spec,
-                                  expires_at=expires)
+    job = await asyncio.to_thread(plane.store.create, new_id("batch_"), "batch", owner, body.endpoint, spec,
+                                  expires_at=expires, caller=caller())
     plane.runner.wake()
     return batch_object(job)
 
 
 @router.get("/v1/batches")
-async def list_batches(after: str | None = None, limit: int | None = Query(None), plane: JobPlane = Depends(get_plane)):
+async def list_batches(after: str | None = None, limit: int | None = Query(None), plane: JobPlane = Depends(get_plane),
+                       owner: str = Depends(job_owner)):
     limit = page_limit(limit)
-    jobs = await asyncio.to_thread(plane.store.list, owner(), kinds=("batch",), after=after, limit=limit + 1)
+    jobs = await asyncio.to_thread(plane.store.list, owner, kinds=("batch",), after=after, limit=limit + 1)
     data = [batch_object(j) for j in jobs[:limit]]
     return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
             "last_id": data[-1]["id"] if data else None, "has_more": len(jobs) > limit}
 
 
 @router.get("/v1/batches/{batch_id}")
-async def retrieve_batch(batch_id: str, plane: JobPlane = Depends(get_plane)):
-    return batch_object(await find_batch(plane, batch_id))
+async def retrieve_batch(batch_id: str, plane: JobPlane = Depends(get_plane), owner: str = Depends(job_owner)):
+    return batch_object(await find_batch(plane, batch_id, owner))
 
 
 @router.post("/v1/batches/{batch_id}/cancel")
-async def cancel_batch(batch_id: str, plane: JobPlane = Depends(get_plane)):
-    job = await find_batch(plane, batch_id)
+async def cancel_batch(batch_id: str, plane: JobPlane = Depends(get_plane), owner: str = Depends(job_owner)):
+    job = await find_batch(plane, batch_id, owner)
     if not await plane.runner.cancel(job.id):
         raise BadRequest(f"batch {job.id} has already ended ({job.state}); only a running batch can be cancelled",
                          code="batch_not_cancellable")
-    return batch_object(await find_batch(plane, batch_id))
+    return batch_object(await find_batch(plane, batch_id, owner))
 
 
 # -- the job kind ---------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Literal
 from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
 from fastapi.responses import Response
 
-from inferd.api.job_access import get_plane, owner, page_limit
+from inferd.api.job_access import get_plane, job_owner, page_limit
 from inferd.http.errors import BadRequest, NotFound, PayloadTooLarge
 from inferd.jobs.files import FileTooLarge
 from inferd.jobs.plane import JobPlane
@@ -55,8 +55,8 @@ def file_object(record: FileRecord) -> dict:
             "status_details": None, "sha256": record.sha256}
 
 
-def find_file(plane: JobPlane, id: str, param: str | None = None) -> FileRecord:
-    record = plane.store.file(id, owner())
+def find_file(plane: JobPlane, id: str, owner: str, param: str | None = None) -> FileRecord:
+    record = plane.store.file(id, owner)
     if record is None:
         raise NotFound(f"No such File object: {id}", param=param, code="file_not_found")
     return record
@@ -66,7 +66,7 @@ def find_file(plane: JobPlane, id: str, param: str | None = None) -> FileRecord:
 async def upload_file(file: UploadFile = File(...), purpose: str = Form(...),
                       anchor: str | None = Form(None, alias="expires_after[anchor]"),
                       seconds: str | None = Form(None, alias="expires_after[seconds]"),
-                      plane: JobPlane = Depends(get_plane)):
+                      plane: JobPlane = Depends(get_plane), owner: str = Depends(job_owner)):
     if purpose not in UPLOADABLE:
         raise BadRequest(f"purpose must be one of {', '.join(UPLOADABLE)}, got {purpose!r}", param="purpose")
     expires = expiry_seconds(anchor, seconds, "expires_after")
@@ -74,7 +74,7 @@ async def upload_file(file: UploadFile = File(...), purpose: str = Form(...),
         expires = DEFAULT_EXPIRY.get(purpose)
     name = safe_name(file.filename)
     try:
-        record = await asyncio.to_thread(plane.files.save, file.file, owner(), purpose, name, plane.max_file_size,
+        record = await asyncio.to_thread(plane.files.save, file.file, owner, purpose, name, plane.max_file_size,
                                          expires)
     except FileTooLarge as error:
         raise PayloadTooLarge(f"upload exceeds {error.limit} bytes (--max-file-size)") from None
@@ -83,29 +83,30 @@ async def upload_file(file: UploadFile = File(...), purpose: str = Form(...),
 
 @router.get("/v1/files")
 async def list_files(purpose: str | None = None, limit: int | None = Query(None), after: str | None = None,
-                     order: Literal["asc", "desc"] = "desc", plane: JobPlane = Depends(get_plane)):
+                     order: Literal["asc", "desc"] = "desc", plane: JobPlane = Depends(get_plane),
+                     owner: str = Depends(job_owner)):
     limit = page_limit(limit, default=10000, most=10000)
-    records = await asyncio.to_thread(plane.store.files, owner(), purpose, after, limit + 1, order == "desc")
+    records = await asyncio.to_thread(plane.store.files, owner, purpose, after, limit + 1, order == "desc")
     data = [file_object(r) for r in records[:limit]]
     return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
             "last_id": data[-1]["id"] if data else None, "has_more": len(records) > limit}
 
 
 @router.get("/v1/files/{file_id}")
-async def retrieve_file(file_id: str, plane: JobPlane = Depends(get_plane)):
-    return file_object(find_file(plane, file_id))
+async def retrieve_file(file_id: str, plane: JobPlane = Depends(get_plane), owner: str = Depends(job_owner)):
+    return file_object(find_file(plane, file_id, owner))
 
 
 @router.get("/v1/files/{file_id}/content")
-async def file_content(file_id: str, plane: JobPlane = Depends(get_plane)):
-    record = find_file(plane, file_id)
+async def file_content(file_id: str, plane: JobPlane = Depends(get_plane), owner: str = Depends(job_owner)):
+    record = find_file(plane, file_id, owner)
     data = await asyncio.to_thread(plane.files.read, record.id)
     return Response(data, media_type="application/octet-stream",
                     headers={"Content-Disposition": f'attachment; filename="{record.filename}"'})
 
 
 @router.delete("/v1/files/{file_id}")
-async def delete_file(file_id: str, plane: JobPlane = Depends(get_plane)):
-    record = find_file(plane, file_id)
+async def delete_file(file_id: str, plane: JobPlane = Depends(get_plane), owner: str = Depends(job_owner)):
+    record = find_file(plane, file_id, owner)
     await asyncio.to_thread(plane.files.delete, record.id)
     return {"id": record.id, "object": "file", "deleted": True}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 
+from inferd.api.job_access import job_owner
 from inferd.api.responses import stored
 from inferd.api.responses.create import count_input_tokens, create_response
 from inferd.api.responses.protocol import DeletedResponse, InputTokensResponse, ResponseObject, ResponsesRequest
@@ -40,5 +41,6 @@ async def delete_response(response_id: str, state: ServerState = Depends(get_sta
 
 @router.post("/v1/responses/{response_id}/cancel", response_model=ResponseObject)
 @router.post("/responses/{response_id}/cancel", response_model=ResponseObject, include_in_schema=False)
-async def cancel_response(response_id: str, raw: Request, state: ServerState = Depends(get_state)):
-    return await stored.cancel(state, response_id, getattr(raw.app.state, "jobs", None))
+async def cancel_response(response_id: str, raw: Request, state: ServerState = Depends(get_state),
+                          owner: str = Depends(job_owner)):
+    return await stored.cancel(state, response_id, getattr(raw.app.state, "jobs", None), owner)

@@ -73,10 +73,10 @@ async def delete(state: ServerState, id: str) -> DeletedResponse:
     return DeletedResponse(id=id)
 
 
-async def cancel(state: ServerState, id: str, plane: JobPlane | None = None) -> dict:
+async def cancel(state: ServerState, id: str, plane: JobPlane | None = None, owner: str = "") -> dict:
     # A background response still queued or running is stopped (its engine
     # request aborted) and stored as cancelled. Any other has finished within
     # its request: cancelling it leaves it as it is, as OpenAI does.
     if plane is not None and plane.runner is not None:
-        await background.cancel(plane, id)
+        await background.cancel(plane, id, owner)
     return await retrieve(state, id)
