@@ -50,7 +50,7 @@ class Served:
 def served(loaded: LoadedModel | None, config: ServeConfig | None = None, *, template: ChatTemplate | None = None,
            api_keys: frozenset[str] = frozenset(), model_name: str = "tiny") -> Iterator[Served]:
     """Serve `loaded` (None: still loading) under `config` (default `small_config()`);
-    `template` replaces the model's chat template. The engine shuts down on leaving."""
+    `template` replaces the model's chat template. The engine shuts down and the tenants close on leaving."""
     state = new_state(config or small_config(), model_name, api_keys)
     if loaded is not None:
         attach_model(state, loaded)
@@ -61,3 +61,4 @@ def served(loaded: LoadedModel | None, config: ServeConfig | None = None, *, tem
     finally:
         if state.engine is not None:
             state.engine.shutdown()
+        state.tenants.close()  # usage still pending, the key store and its watcher
