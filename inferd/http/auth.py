@@ -19,6 +19,7 @@ trace id may be reused by clients, a card id names one request.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable, Iterable
@@ -79,6 +80,8 @@ class ApiKeyAuth:
         self.enter_at_door = enter_at_door
 
     async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            return await self.app(scope, receive, self._stopping_watch_at_shutdown(send))
         if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)
         trace = trace_id_of(scope["headers"])
@@ -140,6 +143,20 @@ class ApiKeyAuth:
             elif ctx.model:  # a generating request on a server without keys
                 log.info("%s %s model=%s status=%d%s trace=%s", scope["method"], scope["path"], ctx.model, status,
                          timings(ctx), trace)
+
+
+    def _stopping_watch_at_shutdown(self, send):
+        """Once the app has shut down, the key store's watcher thread ends with it (the tenants
+        themselves are closed by whoever opened them: `inferd serve` still settles jobs after)."""
+
+        async def send_then_stop(message):
+            if message["type"] in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
+                tenants = self.tenants()
+                if tenants is not None:
+                    await asyncio.to_thread(tenants.stop_watching)  # joins a thread that may be mid-poll
+            await send(message)
+
+        return send_then_stop
 
 
 def usage_comment(cards) -> bytes:

@@ -69,6 +69,7 @@ class Tenants:
         self._counted: set[tuple[str, str]] = set()  # (key, day) whose earlier usage is in the daily counter
         self._flushing: asyncio.Task | None = None
         self.watch = None  # a StoreWatch, stopped on close
+        self._closed = False
 
     @property
     def enabled(self) -> bool:
@@ -183,10 +184,17 @@ class Tenants:
         except Exception:
             log.exception("writing usage to the key store failed; it is kept for the next try")
 
-    def close(self) -> None:
-        """Write what is left (blocking)."""
+    def stop_watching(self) -> None:
+        """Stop taking offline edits of the key store (the app serving these keys has shut down)."""
         if self.watch is not None:
             self.watch.stop()
+
+    def close(self) -> None:
+        """Write what is left (blocking). Once: a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        self.stop_watching()
         self._flush_logged()
         if self.ring.store is not None:
             self.ring.store.close()

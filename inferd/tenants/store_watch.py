@@ -42,7 +42,12 @@ class StoreWatch:
             log.info("API key %r %s in %s by another process", name, "removed" if key is None else "changed",
                      self.ring.store.path)
 
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
     def stop(self) -> None:
+        """Ends the thread and waits for it (again: nothing)."""
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join()
