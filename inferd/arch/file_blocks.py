@@ -15,6 +15,8 @@ from torch import nn
 
 from inferd.arch.base import FUSED, CausalLM, normalize_name
 from inferd.arch.gguf_linear import GGUFLinear
+from inferd.arch.packed_linear import PackedLinear
+from inferd.arch.quantized_linear import QuantizedLinear
 from inferd.kernels import gguf_gemv
 
 FORMATS = tuple(gguf_gemv.BLOCKS)
@@ -63,6 +65,23 @@ def use_file_blocks(model: CausalLM, formats: dict[str, tuple[str, int]], raws: 
         model.fast_head = _layer(head, None, [(formats[head_names[0]], head_names[0])], raws, dtype, dense_from)
         model.fast_head.kernel_out_dtype = torch.float32  # logits: no bf16 rounding, no conversion after
         model.lm_head = None
+
+
+def computes_lone_rows_exactly(model: CausalLM) -> bool:
+    """Every projection and the LM head is the file's blocks, so rows marked as
+    lone decode rows (`arch/decode_rows.py`) come out bit for bit as a step of
+    one row would compute them. A dense or re-quantized projection switches
+    kernels with the row count and does not promise it."""
+    return isinstance(model.fast_head, GGUFLinear) and _only_file_blocks(model)
+
+
+def _only_file_blocks(module: nn.Module) -> bool:
+    for child in module.children():
+        if isinstance(child, GGUFLinear):
+            continue  # its dense copy (a PackedLinear child) serves rows past the lone ones only
+        if isinstance(child, (nn.Linear, PackedLinear, QuantizedLinear)) or not _only_file_blocks(child):
+            return False
+    return True
 
 
 def _layer(weight: torch.Tensor, bias: torch.Tensor | None, parts: list[tuple[tuple[str, int], str]],

@@ -5,7 +5,10 @@ bytes: the weights are exactly the file's, read at their stored size. A
 fused projection (Q, K and V; gate and up) may mix block formats, so it keeps
 one part per source tensor, each writing its own columns of the output.
 Prefill, bound by compute rather than bytes, uses the dense weight (the
-file's values in the engine dtype, packed for oneDNN where that applies).
+file's values in the engine dtype, packed for oneDNN where that applies),
+except for the leading rows a step marks as lone decode rows
+(`arch/decode_rows.py`, speculative verification): those always run the
+kernel, whose sums for one row do not depend on the rows beside it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from inferd.arch.decode_rows import leading_decode_rows
 from inferd.arch.quantized_linear import dense_product
 from inferd.kernels import gguf_gemv
 
@@ -53,8 +57,18 @@ class GGUFLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // self.in_features
-        if self.dense_from_rows is not None and rows >= self.dense_from_rows:
+        if self.dense_from_rows is None or rows < self.dense_from_rows:
+            return self._blocks(x)
+        exact = min(leading_decode_rows(), rows)
+        if exact == 0:
             return dense_product(self, x)
+        if exact == rows:
+            return self._blocks(x)
+        flat = x.reshape(rows, self.in_features)
+        rest = dense_product(self, flat[exact:]).to(self.kernel_out_dtype)
+        return torch.cat((self._blocks(flat[:exact]), rest)).view(*x.shape[:-1], self.out_features)
+
+    def _blocks(self, x: torch.Tensor) -> torch.Tensor:
         if self._parts is None:
             raws = [(block_format, getattr(self, f"raw{i}")) for i, block_format in enumerate(self.formats)]
             self._parts = gguf_gemv.Parts(raws, self.in_features)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 
+from inferd.arch.file_blocks import computes_lone_rows_exactly
 from inferd.config import EngineConfig
 from inferd.engine.detokenizer import IncrementalDetokenizer
 from inferd.engine.engine_request import EngineRequest
@@ -20,9 +21,9 @@ from inferd.engine.sampling.errors import NoValidTokenError
 from inferd.engine.sampling.sampler import Sampler, SampleRow, make_generator
 from inferd.engine.sampling.steering import Steering
 from inferd.engine.sampling.thinking_budget import ThinkingBudget
-from inferd.engine.scheduler import Scheduler, SchedulerConfig
+from inferd.engine.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
 from inferd.engine.slot_files import SlotMemory
-from inferd.engine.speculative import Speculator
+from inferd.engine.speculative import Speculator, can_speculate
 from inferd.engine.stop_rules import StopRules
 from inferd.models.loader import LoadedModel
 
@@ -47,6 +48,16 @@ def kv_pool_blocks(config: EngineConfig, bytes_per_token: int) -> int:
             "sequence; raise --kv-cache-memory or lower --ctx-size"
         )
     return blocks
+
+
+def _lone_decode_rows(batch: ScheduledBatch) -> int:
+    """The rows of a step that is one speculation-eligible request's decode
+    (1, or 1 + its drafts), else 0: the steps whose cost the guard compares."""
+    if len(batch.requests) != 1:
+        return 0
+    req, rows = batch.requests[0], batch.num_new_tokens[0]
+    decoding = req.num_computed_tokens == req.num_tokens - 1 and rows == 1 + len(req.draft_token_ids)
+    return rows if decoding and can_speculate(req) else 0
 
 
 class Engine:
@@ -74,7 +85,8 @@ class Engine:
         )
         self.runner = ModelRunner(loaded.model, self.pool.num_blocks, config.block_size, loaded.dtype, loaded.device)
         self.sampler = Sampler()
-        self.speculator = Speculator(config.speculative, config.spec_tokens, config.spec_max_batch, max_len)
+        self.speculator = Speculator(config.speculative, config.spec_tokens, config.spec_max_batch, max_len,
+                                     exact=computes_lone_rows_exactly(loaded.model))
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids) | frozenset(loaded.config.eos_token_ids)
         self.think_ids = think_ids
         self.requests: dict[str, Request] = {}
@@ -140,10 +152,18 @@ class Engine:
 
     # -- one step ----------------------------------------------------------
     def step(self) -> list[RequestOutput]:
+        started = time.perf_counter()
         self.speculator.propose(self.scheduler.running)
         batch = self.scheduler.schedule()
         if not batch:
             return []
+        lone_rows = _lone_decode_rows(batch)
+        outputs = self._step(batch)
+        if lone_rows:  # the speculation guard's cost model: a whole step, sampling included
+            self.speculator.observe_step(lone_rows, time.perf_counter() - started)
+        return outputs
+
+    def _step(self, batch: ScheduledBatch) -> list[RequestOutput]:
         self.slot_memory.bind(batch.requests)
         now = time.monotonic()
         for req in batch.requests:

@@ -1,9 +1,14 @@
 """Turns a scheduled batch into one forward pass and the logits to sample.
 
 Rows are ordered decodes first (one token each, grouped by padded context
-length), then prefill chunks. A request verifying speculative drafts runs
-as a chunk of its last token plus the drafts and gets logits for each. The KV cache is one (K, V) pair per layer, each
-[num_blocks * block_size, kv_heads, head_dim].
+length), then prefill chunks. A request verifying speculative drafts
+computes its last token plus the drafts as decode rows, one per token, each
+attending its own context through the decode path, and gets logits for
+each. In a step that verifies, every decode row is marked a lone decode row
+(`arch/decode_rows.py`), so its projections run as in a step of one row:
+with a model whose layers honour that (the GGUF's own blocks), verified
+tokens are bit for bit those plain decoding computes. The KV cache is one
+(K, V) pair per layer, each [num_blocks * block_size, kv_heads, head_dim].
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import torch
 
 from inferd.arch.attention import AttentionMetadata, ContextView, DecodeGroup, PrefillSpan
 from inferd.arch.base import CausalLM
+from inferd.arch.decode_rows import lone_decode_rows
 from inferd.engine.request import Request
 from inferd.engine.scheduler import ScheduledBatch
 
@@ -30,6 +36,11 @@ DECODE_BUCKET = 64
 
 def _bucket(context_len: int) -> int:
     return -(-context_len // DECODE_BUCKET) * DECODE_BUCKET
+
+
+def _token_at(req: Request, position: int) -> int:
+    prompt = req.prompt_token_ids
+    return prompt[position] if position < len(prompt) else req.output_token_ids[position - len(prompt)]
 
 
 class ModelRunner:
@@ -55,43 +66,65 @@ class ModelRunner:
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> StepResult:
-        def order(pair):  # decodes first, by bucket; then prefills
-            req, n = pair
-            return (1, 0) if n != 1 else (0, _bucket(req.num_computed_tokens + 1))
-
-        pairs = sorted(zip(batch.requests, batch.num_new_tokens), key=order)
+        decodes: list[tuple[Request, int, int]] = []  # (request, position, token) per decode row
+        prefills: list[tuple[Request, int]] = []
+        for req, n in zip(batch.requests, batch.num_new_tokens):
+            if n == 1 or req.draft_token_ids:  # a decode, or a verification: its last token plus the drafts
+                start = req.num_computed_tokens
+                tokens = [_token_at(req, start), *req.draft_token_ids][:n]
+                decodes.extend((req, start + i, token) for i, token in enumerate(tokens))
+            else:
+                prefills.append((req, n))
+        decodes.sort(key=lambda row: _bucket(row[1] + 1))  # stable: a request's rows keep their order
         token_ids: list[int] = []
-        positions: list[torch.Tensor] = []
+        positions: list[int] = []
         slots: list[torch.Tensor] = []
         decode_ctx: list[int] = []  # context length of each decode row
         decode_tables: list[torch.Tensor] = []
-        prefills: list[PrefillSpan] = []
+        rows_of: dict[str, list[int]] = {}  # a decode request's rows, in token order
+        tables = {req.request_id: torch.tensor(req.block_table, dtype=torch.int64) for req in batch.requests}
+        for req, pos, token in decodes:
+            rows_of.setdefault(req.request_id, []).append(len(token_ids))
+            token_ids.append(token)
+            positions.append(pos)
+            decode_ctx.append(pos + 1)
+            decode_tables.append(tables[req.request_id])
+        if decodes:
+            size = self.block_size
+            slots.append(torch.tensor([req.block_table[pos // size] * size + pos % size for req, pos, _ in decodes],
+                                      dtype=torch.int64))
         sample_rows: list[int] = []
         sampling: list[Request] = []
-        for req, n in pairs:
-            start = req.num_computed_tokens
-            table = torch.tensor(req.block_table, dtype=torch.int64)
-            pos = torch.arange(start, start + n)
-            row = len(token_ids)
-            drafts = req.draft_token_ids
-            token_ids.extend((req.all_token_ids + drafts if drafts else req.all_token_ids)[start : start + n])
-            positions.append(pos)
-            slots.append(self._slots(table, pos))
-            if n == 1:
-                decode_ctx.append(start + 1)
-                decode_tables.append(table)
-            else:
-                prefills.append(self._prefill_span(row, start, n, table))
-            if start + n == req.num_tokens + len(drafts):
-                sample_rows.extend(range(row + n - 1 - len(drafts), row + n))
+        for req in batch.requests:  # one row, or one per verified position; not a 1-token chunk inside the prompt
+            if req.request_id in rows_of and req.num_computed_tokens + len(rows_of[req.request_id]) \
+                    == req.num_tokens + len(req.draft_token_ids):
+                sample_rows.extend(rows_of[req.request_id])
                 sampling.append(req)
-        meta = AttentionMetadata(slot_mapping=torch.cat(slots).to(self.device), prefills=prefills)
+        lone_logits = len(sample_rows) if any(req.draft_token_ids for req, _, _ in decodes) else 0
+        spans: list[PrefillSpan] = []
+        for req, n in prefills:
+            start = req.num_computed_tokens
+            table = tables[req.request_id]
+            row = len(token_ids)
+            token_ids.extend(req.all_token_ids[start : start + n])
+            pos = torch.arange(start, start + n)
+            positions.extend(pos.tolist())
+            slots.append(self._slots(table, pos))
+            spans.append(self._prefill_span(row, start, n, table))
+            if start + n == req.num_tokens:
+                sample_rows.append(row + n - 1)
+                sampling.append(req)
+        meta = AttentionMetadata(slot_mapping=torch.cat(slots).to(self.device), prefills=spans)
         meta.decodes = self._decode_groups(decode_ctx, decode_tables)
         ids = torch.tensor(token_ids, dtype=torch.int64, device=self.device)
-        hidden = self.model(ids, torch.cat(positions).to(self.device), self.kv_caches, meta)
+        lone_rows = len(decodes) if lone_logits else 0
+        with lone_decode_rows(lone_rows):
+            hidden = self.model(ids, torch.tensor(positions, device=self.device), self.kv_caches, meta)
         if not sampling:  # only unfinished prefill chunks this step
             return StepResult(logits=hidden.new_empty((0, 0), dtype=torch.float32), sampling=[])
-        logits = self.model.compute_logits(hidden[torch.tensor(sample_rows, dtype=torch.int64, device=self.device)])
+        with lone_decode_rows(lone_logits):
+            logits = self.model.compute_logits(hidden[torch.tensor(sample_rows, dtype=torch.int64,
+                                                                   device=self.device)])
         return StepResult(logits=logits, sampling=sampling)
 
     def _slots(self, table: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:

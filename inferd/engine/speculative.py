@@ -11,27 +11,43 @@ Verifying (the engine's step): the request computes its last token plus the
 drafts, the sampler picks a token at each of those positions as if the
 preceding drafts had been sampled, and the longest prefix of drafts equal to
 those picks is kept, plus the pick after it. Only greedy requests speculate,
-so every kept token is the one plain decoding would have produced.
+and each verified row is computed as a lone decode row is (`runner.py`), so
+every kept token is the one plain decoding would have produced.
 
-When it does not pay:
-- per request, once `GUARD_MIN_DRAFTED` draft tokens have been verified and
-  fewer than `GUARD_MIN_RATE` of them were accepted, it stops proposing;
-- engine-wide, nothing is proposed while more than `max_batch` requests run:
-  a wide batch is no longer bound by reading the weights, so verifying
-  drafts costs about as much as the tokens it saves.
+When it pays (the guard, per request, `draft_length`): a step verifying d
+drafts costs `StepCosts.ratio(1 + d)` plain steps (measured on this
+engine's own steps) and yields 1 + p + ... + p^d tokens, where p is the
+request's recent chance that a draft token holds given the ones before it
+did. The request verifies the d that yields most tokens per unit of cost,
+and only while that beats plain decoding; having stopped, it starts again
+only once the gain clears a margin (hysteresis). While it does not
+speculate its drafts are still proposed and checked against the tokens
+plain decoding then produces (shadow drafts, free), so the estimate follows
+the output into and out of copying without paying for a probe.
+
+Engine-wide, nothing is proposed while more than `max_batch` requests run:
+a wide batch is no longer bound by reading the weights, so verifying drafts
+costs about as much as the tokens it saves.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from inferd.engine.request import Request, RequestStatus
 
-METHODS = ("off", "ngram")
-GUARD_MIN_DRAFTED = 16
-GUARD_MIN_RATE = 0.25
+METHODS = ("off", "ngram", "auto")
+# Before an engine has timed its own steps: what one more verified row adds to a
+# one-row step. Measured on the bundled model (GGUF blocks, 2-core AVX-512
+# VNNI/BF16 CPU): see BENCHMARKS.md, "Speculative decoding".
+PRIOR_ROW_COST = 0.12
+COST_SMOOTHING = 0.1  # weight of a new step's time in the running averages
+# A new request's draft acceptance before any evidence: two positions, one held.
+PRIOR_TRIED, PRIOR_HELD = 2.0, 1.0
+EVIDENCE_DECAY = 0.8  # weight left to older drafts at each new outcome: recent output decides
+START_GAIN = 1.1  # tokens per unit of cost needed to start speculating again once stopped
 
 
 def can_speculate(req: Request) -> bool:
@@ -62,29 +78,80 @@ def propose_ngram(tokens: list[int], num_tokens: int, min_n: int = 1, max_n: int
     return []
 
 
+class StepCosts:
+    """What a step of one request costs by the rows it computes, relative to a
+    plain step of one row: 1 + (rows - 1) x (the extra seconds of each verified
+    row over a plain step's seconds), both running averages of this engine's
+    own steps, or `PRIOR_ROW_COST` until both are known. `measure=False`
+    keeps the given row cost (tests; a caller that measured it already)."""
+
+    def __init__(self, row_cost: float = PRIOR_ROW_COST, measure: bool = True):
+        self.row_cost = row_cost
+        self.measure = measure
+        self.plain_seconds: float | None = None
+        self.row_seconds: float | None = None
+
+    def observe(self, rows: int, seconds: float) -> None:
+        if not self.measure:
+            return
+        if rows == 1:
+            self.plain_seconds = _average(self.plain_seconds, seconds)
+        elif self.plain_seconds is not None:
+            self.row_seconds = _average(self.row_seconds, max(0.0, seconds - self.plain_seconds) / (rows - 1))
+            self.row_cost = self.row_seconds / self.plain_seconds
+
+    def ratio(self, rows: int) -> float:
+        return 1.0 + self.row_cost * (rows - 1)
+
+
+def _average(mean: float | None, value: float) -> float:
+    return value if mean is None else mean + COST_SMOOTHING * (value - mean)
+
+
+def expected_tokens(held: float, drafts: int) -> float:
+    """Tokens one verification of `drafts` yields when each draft holds with
+    chance `held` given the ones before it did: 1 + held + ... + held^drafts."""
+    return float(sum(held**i for i in range(drafts + 1)))
+
+
 @dataclass
 class DraftRecord:
-    drafted: int = 0
-    accepted: int = 0
+    """One request's recent evidence about its drafts, and whether it speculates."""
+
+    tried: float = PRIOR_TRIED  # draft positions checked (decayed), up to and including a failed one
+    held: float = PRIOR_HELD  # of those, the ones that held
+    speculating: bool = True
+    shadow: list[int] = field(default_factory=list)  # drafts proposed, not verified, checked against the output
+    shadow_at: int = 0  # the request's token count when the shadow was proposed
 
     @property
-    def failing(self) -> bool:
-        return self.drafted >= GUARD_MIN_DRAFTED and self.accepted < GUARD_MIN_RATE * self.drafted
+    def hold_rate(self) -> float:
+        return self.held / self.tried
+
+    def add(self, drafts: int, held: int) -> None:
+        self.tried = self.tried * EVIDENCE_DECAY + held + (held < drafts)
+        self.held = self.held * EVIDENCE_DECAY + held
 
 
 class Speculator:
     """Sets each eligible running request's `draft_token_ids` before a step and
-    keeps the per-request acceptance record for the guard."""
+    keeps the per-request evidence for the guard.
 
-    def __init__(self, method: str, num_tokens: int, max_batch: int, max_model_len: int):
+    `method`: off, ngram, or auto (ngram where `exact`: the model computes a
+    verified row bit for bit as a lone decode row, so output is unchanged;
+    off elsewhere)."""
+
+    def __init__(self, method: str, num_tokens: int, max_batch: int, max_model_len: int, exact: bool = True,
+                 costs: StepCosts | None = None):
         if method not in METHODS:
             raise ValueError(f"--speculative must be one of {', '.join(METHODS)}, got {method!r}")
         if num_tokens < 1:
             raise ValueError(f"--spec-tokens must be at least 1, got {num_tokens}")
-        self.enabled = method != "off"
+        self.enabled = method == "ngram" or (method == "auto" and exact)
         self.num_tokens = num_tokens
         self.max_batch = max_batch
         self.max_model_len = max_model_len
+        self.costs = costs or StepCosts()
         self.records: dict[str, DraftRecord] = {}
         self.drafted_total = 0
         self.accepted_total = 0
@@ -97,22 +164,60 @@ class Speculator:
         for req in running:
             if req.num_computed_tokens != req.num_tokens - 1 or not can_speculate(req):
                 continue  # still prefilling, or not exactly verifiable
-            record = self.records.get(req.request_id)
-            if record is not None and record.failing:
-                continue
             room = self.max_model_len - req.num_tokens - 1
             if req.params.max_tokens is not None:  # the token after the drafts counts too
                 room = min(room, req.params.max_tokens - len(req.output_token_ids) - 1)
-            req.draft_token_ids = propose_ngram(req.all_token_ids, min(self.num_tokens, room))
+            record = self.records.setdefault(req.request_id, DraftRecord())
+            self._check_shadow(req, record)
+            if room < 1:
+                continue
+            proposal = propose_ngram(req.all_token_ids, min(self.num_tokens, room))
+            drafts = self.draft_length(record, len(proposal))
+            if drafts:
+                req.draft_token_ids = proposal[:drafts]
+            elif proposal and not record.shadow:
+                record.shadow, record.shadow_at = proposal, req.num_tokens
+
+    def draft_length(self, record: DraftRecord, available: int) -> int:
+        """How many of `available` drafts to verify: the count that yields most
+        tokens per unit of step cost, or 0 where none beats a plain step (by
+        `START_GAIN` when the request is not speculating now)."""
+        best, best_gain = 0, 1.0
+        for drafts in range(1, available + 1):
+            gain = expected_tokens(record.hold_rate, drafts) / self.costs.ratio(1 + drafts)
+            if gain > best_gain:
+                best, best_gain = drafts, gain
+        if available:
+            record.speculating = best > 0 and best_gain >= (1.0 if record.speculating else START_GAIN)
+        return best if record.speculating else 0
+
+    @staticmethod
+    def _check_shadow(req: Request, record: DraftRecord) -> None:
+        """Score a shadow draft against the tokens produced since it was
+        proposed, once they show how far it would have held."""
+        if not record.shadow:
+            return
+        since = req.num_tokens - record.shadow_at
+        produced = req.output_token_ids[len(req.output_token_ids) - since :] if since else []
+        held = 0
+        while held < min(since, len(record.shadow)) and produced[held] == record.shadow[held]:
+            held += 1
+        if held < since or held == len(record.shadow):  # a miss seen, or every draft held
+            record.add(len(record.shadow), held)
+            record.shadow = []
+
+    def observe_step(self, rows: int, seconds: float) -> None:
+        """A step that computed one request's decode of `rows` rows (1, or
+        1 + its drafts) took `seconds`: the cost model learns from it."""
+        if self.enabled:
+            self.costs.observe(rows, seconds)
 
     def record(self, req: Request, drafted: int, accepted: int) -> None:
         self.drafted_total += drafted
         self.accepted_total += accepted
         if req.status is not RequestStatus.RUNNING:
             return  # finished: already forgotten
-        record = self.records.setdefault(req.request_id, DraftRecord())
-        record.drafted += drafted
-        record.accepted += accepted
+        self.records.setdefault(req.request_id, DraftRecord()).add(drafted, accepted)
 
     def forget(self, request_id: str) -> None:
         self.records.pop(request_id, None)

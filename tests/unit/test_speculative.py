@@ -12,7 +12,7 @@ from inferd.engine.engine import Engine
 from inferd.engine.engine_request import EngineRequest
 from inferd.engine.request import Request
 from inferd.engine.sampling_params import SamplingParams
-from inferd.engine.speculative import can_speculate, propose_ngram
+from inferd.engine.speculative import can_speculate, propose_ngram, StepCosts
 from inferd.models.loader import load_model
 
 
@@ -21,12 +21,15 @@ def loaded(tiny_model_dir):
     return load_model(str(tiny_model_dir), dtype="float32")
 
 
-def make_engine(loaded, speculative: str, **kw) -> Engine:
+def make_engine(loaded, speculative: str, row_cost: float = 0.1, **kw) -> Engine:
+    """`row_cost`: what the guard takes a verified row to cost (a fixed model, not this host's timings)."""
     kw.setdefault("ctx_size", 256)
     kw.setdefault("parallel", 8)
     kw.setdefault("block_size", 4)
     kw.setdefault("spec_max_batch", 8)
-    return Engine(loaded, EngineConfig(speculative=speculative, **kw))
+    engine = Engine(loaded, EngineConfig(speculative=speculative, **kw))
+    engine.speculator.costs = StepCosts(row_cost=row_cost, measure=False)
+    return engine
 
 
 def run(engine: Engine, requests: dict[str, tuple[list[int], SamplingParams]]):
@@ -132,14 +135,86 @@ def test_preemption_and_the_prefix_cache_are_unchanged(loaded):
     assert engine.stats().prefix_cache_hits == plain_engine.stats().prefix_cache_hits > 0
 
 
+def drafts_per_step(engine: Engine, prompt: list[int], params: SamplingParams) -> tuple[list[int], list[int]]:
+    """One request alone: its output, and how many drafts each step verified."""
+    engine.add_request(EngineRequest("x", prompt, params))
+    output, drafted = [], []
+    while engine.has_work:
+        before = engine.speculator.drafted_total
+        for out in engine.step():
+            output += out.token_ids
+        drafted.append(engine.speculator.drafted_total - before)
+    return output, drafted
+
+
 def test_the_guard_stops_drafting_for_a_request_whose_drafts_fail(loaded, monkeypatch):
     monkeypatch.setattr(speculative, "propose_ngram", lambda tokens, num_tokens, **kw: [0] * num_tokens)
-    requests = {"x": (repeating(2), GREEDY)}
-    plain, spec, _, engine = both(loaded, requests, spec_tokens=4)
-    assert spec == plain
-    s = engine.speculator
-    assert s.accepted_total == 0
-    assert s.drafted_total == speculative.GUARD_MIN_DRAFTED  # then it stopped proposing
+    params = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+    plain = run(make_engine(loaded, "off"), {"x": (repeating(2), params)})["x"][0]
+    engine = make_engine(loaded, "ngram", spec_tokens=4)
+    output, drafted = drafts_per_step(engine, repeating(2), params)
+    assert output == plain and 0 not in plain  # every draft fails
+    assert engine.speculator.accepted_total == 0
+    verifying = [i for i, n in enumerate(drafted) if n]
+    assert 0 < len(verifying) <= 5 and verifying[-1] < 8  # a few tries, then plain steps to the end
+    assert len(drafted) > 30
+
+
+def test_the_guard_weighs_acceptance_against_the_cost_of_a_verified_row(loaded):
+    """The same drafts, held as often, verified when a row is cheap, not when it is dear."""
+    params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    cheap, dear = make_engine(loaded, "ngram", row_cost=0.05), make_engine(loaded, "ngram", row_cost=1.0)
+    assert drafts_per_step(cheap, repeating(1), params)[0] == drafts_per_step(dear, repeating(1), params)[0]
+    assert cheap.speculator.drafted_total > 0 and dear.speculator.drafted_total == 0  # 1 + p per 1 + 1 row: never
+
+
+def test_a_request_that_starts_copying_starts_speculating(loaded, monkeypatch):
+    """Drafts that fail stop speculation; drafts checked against the plain output meanwhile (no
+    verification) show when they hold again, and speculation resumes."""
+    params = SamplingParams(max_tokens=48, temperature=0.0, ignore_eos=True)
+    prompt = repeating(3)
+    plain = run(make_engine(loaded, "off"), {"x": (prompt, params)})["x"][0]
+
+    def oracle(tokens, num_tokens, **kw):  # wrong for the first 16 output tokens, then the true continuation
+        done = len(tokens) - len(prompt)
+        return [0] * num_tokens if done < 16 else plain[done : done + num_tokens]
+
+    monkeypatch.setattr(speculative, "propose_ngram", oracle)
+    engine = make_engine(loaded, "ngram", spec_tokens=4)
+    output, drafted = drafts_per_step(engine, prompt, params)
+    assert output == plain
+    verifying = [i for i, n in enumerate(drafted) if n]
+    gaps = [b - a for a, b in zip(verifying, verifying[1:])]
+    assert max(gaps) > 5  # stopped while drafts failed ...
+    assert engine.speculator.accepted_total > 20  # ... and verified again once they held
+    assert len(drafted) < 40  # several tokens per step once copying
+
+
+def test_step_costs_learn_a_verified_rows_cost_from_the_engines_steps():
+    costs = StepCosts(row_cost=0.3)
+    costs.observe(5, 0.5)  # no plain step yet: nothing to compare with
+    assert costs.ratio(5) == pytest.approx(1 + 4 * 0.3)
+    costs.observe(1, 0.1)
+    costs.observe(5, 0.14)
+    assert costs.ratio(5) == pytest.approx(1.4)  # 0.01 s a row over a 0.1 s step
+    assert costs.ratio(1) == 1.0
+    fixed = StepCosts(row_cost=0.2, measure=False)
+    fixed.observe(1, 0.1)
+    fixed.observe(3, 0.5)
+    assert fixed.ratio(3) == pytest.approx(1.4)
+
+
+def test_the_guard_starts_again_only_past_a_margin():
+    s = speculative.Speculator("ngram", 4, 1, 256, costs=StepCosts(row_cost=0.5, measure=False))
+    record = speculative.DraftRecord(tried=10.0, held=4.0)  # p = 0.4: one draft yields 1.4 tokens for 1.5 steps
+    assert s.draft_length(record, 4) == 0 and not record.speculating
+    record.held = 5.5  # 1.55 / 1.5 = 1.03: would pay, not by the margin to start again
+    assert s.draft_length(record, 4) == 0
+    record.held = 7.0  # 1 + 0.7 + 0.49 over 2 steps = 1.095, two drafts; ... 1.7 / 1.5 = 1.13 with one
+    assert s.draft_length(record, 4) == 1 and record.speculating
+    record.held = 5.5  # speculating: kept while it pays at all
+    assert s.draft_length(record, 4) == 1
+    assert s.draft_length(record, 0) == 0 and record.speculating  # nothing to draft decides nothing
 
 
 def test_no_drafts_while_more_requests_run_than_the_limit(loaded):
@@ -157,5 +232,5 @@ def test_no_drafts_while_more_requests_run_than_the_limit(loaded):
 
 
 def test_unknown_method_is_refused(loaded):
-    with pytest.raises(ValueError, match="--speculative must be one of off, ngram"):
+    with pytest.raises(ValueError, match="--speculative must be one of off, ngram, auto"):
         make_engine(loaded, "eagle")
