@@ -279,10 +279,14 @@ class JobStore:
         return _job(row, counts)
 
     def list(self, owner: str, *, kinds: tuple[str, ...] = (), state: str | None = None, after: str | None = None,
-             before: str | None = None, limit: int = 20) -> list[Job]:
+             before: str | None = None, limit: int = 20, created_before: float | None = None,
+             created_from: float | None = None) -> list[Job]:
         """Newest first; `after`: the id of the last job of the previous page (older ones follow), `before`:
-        the id of the first job of the next page (the `limit` newer ones just before it, still newest first)."""
+        the id of the first job of the next page (the `limit` newer ones just before it, still newest first).
+        `created_before` (exclusive) and `created_from` (inclusive) bound the creation time (a router pages
+        a listing merged from several workers by time)."""
         where, args = ["owner = ?"], [owner]
+        _created_bounds(where, args, created_before, created_from)
         if kinds:
             where.append(f"kind IN ({', '.join('?' * len(kinds))})")
             args += kinds
@@ -434,8 +438,10 @@ class JobStore:
             return [r[0] for r in self._db.execute("SELECT id FROM files WHERE expires_at <= ?", (self.clock(),))]
 
     def files(self, owner: str, purpose: str | None = None, after: str | None = None, limit: int = 10000,
-              newest_first: bool = True) -> list[FileRecord]:
+              newest_first: bool = True, created_before: float | None = None,
+              created_from: float | None = None) -> list[FileRecord]:
         where, args = ["owner = ?", _UNEXPIRED], [owner, self.clock()]
+        _created_bounds(where, args, created_before, created_from)
         if purpose is not None:
             where.append("purpose = ?")
             args.append(purpose)
@@ -478,6 +484,15 @@ class _Transaction:
 def _job(row: tuple, counts: dict[str, int]) -> Job:
     return Job(row[0], row[1], row[2], row[3], row[4], row[5], row[6], bool(row[7]), json.loads(row[8]),
                json.loads(row[9]), json.loads(row[10]), row[11], counts, row[2] if row[12] is None else row[12])
+
+
+def _created_bounds(where: list[str], args: list, before: float | None, since: float | None) -> None:
+    if before is not None:
+        where.append("created_at < ?")
+        args.append(before)
+    if since is not None:
+        where.append("created_at >= ?")
+        args.append(since)
 
 
 def _utc_day(now: float) -> str:

@@ -8,7 +8,8 @@ OpenAI, Anthropic, Responses and llama-server stream only with
 
 Stored responses live on the worker that created them: reads, deletes,
 cancels and `previous_response_id` continuations go to that worker; so do
-files, batches and jobs (a batch goes where its input file is).
+files, batches and jobs (a batch goes where its input file is). Their
+listings ask every worker and merge the answers (`merged_lists.py`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from inferd.http.form_fields import form_fields, is_form
 from inferd.http.request_context import current_request
 from inferd.router.admission import UsageMeter, admit_forward, with_trace_id
 from inferd.router.http_headers import ON_BEHALF_HEADER, request_headers
+from inferd.router.merged_lists import LISTINGS, ListRequest, merged_listing
 from inferd.router.policies.direct import named_worker
 from inferd.router.proxy import Forward
 from inferd.router.request_cards import counted_by_worker
@@ -99,6 +101,9 @@ async def forward(request: Request, endpoint: Endpoint):
     admitted = await admit_forward(endpoint, body, requested_model(body))
     if isinstance(admitted, APIError):
         return error_response_for_path(path, admitted)
+    listing = LISTINGS.get(path) if request.method == "GET" and not named else None
+    if listing is not None:  # every worker keeps its own: one page of them all
+        return await _merged(state, request, listing, with_trace_id(to_worker))
     target = forwarded_target(request)
     if isinstance(admitted, UsageMeter):
         if body.get("background") is True:  # answered queued, with no usage: the run is claimed later (job_charges)
@@ -113,6 +118,18 @@ async def forward(request: Request, endpoint: Endpoint):
     )
     response = state.proxy.response(fwd)
     return admitted.wrap(response) if isinstance(admitted, UsageMeter) else response
+
+
+async def _merged(state: RouterState, request: Request, listing, to_worker: list[tuple[bytes, bytes]]):
+    headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in to_worker]
+    keys = {n: v for n, v in headers if n.encode() in _WHO_ASKS}
+
+    async def locate(id: str):
+        return await state.owners.locate(id, state.fleet, state.client, keys) if _STORED_ID.match(id) else None
+
+    workers = [w for w in state.fleet.workers.values() if w.routable]
+    return await merged_listing(ListRequest(listing, request.url.path, dict(request.query_params), headers),
+                                workers, state.client, locate)
 
 
 def forwarded_route(endpoint: Endpoint) -> Route:

@@ -110,12 +110,14 @@ async def create_batch(body: CreateMessageBatch, raw: Request, plane: JobPlane =
 @router.get("/v1/messages/batches")
 async def list_batches(raw: Request, after_id: str | None = None, before_id: str | None = None,
                        limit: int | None = Query(None), plane: JobPlane = Depends(get_plane),
-                       owner: str = Depends(job_owner)):
+                       owner: str = Depends(job_owner),
+                       created_before: float | None = None, created_from: float | None = None):
     limit = page_limit(limit, default=20, most=1000)
     if after_id is not None and before_id is not None:
         raise BadRequest("send after_id or before_id, not both", param="before_id")
     jobs = await asyncio.to_thread(plane.store.list, owner, kinds=("message_batch",), after=after_id,
-                                   before=before_id, limit=limit + 1)
+                                   before=before_id, limit=limit + 1, created_before=created_before,
+                                   created_from=created_from)
     # Newest first either way; with before_id the extra job (for has_more) is the newest, left off.
     page = jobs[-limit:] if before_id is not None else jobs[:limit]
     data = [batch_object(j, str(raw.base_url)) for j in page]

@@ -95,9 +95,11 @@ async def create_batch(body: CreateBatchRequest, plane: JobPlane = Depends(get_p
 
 @router.get("/v1/batches")
 async def list_batches(after: str | None = None, limit: int | None = Query(None), plane: JobPlane = Depends(get_plane),
-                       owner: str = Depends(job_owner)):
+                       owner: str = Depends(job_owner),
+                       created_before: float | None = None, created_from: float | None = None):
     limit = page_limit(limit)
-    jobs = await asyncio.to_thread(plane.store.list, owner, kinds=("batch",), after=after, limit=limit + 1)
+    jobs = await asyncio.to_thread(plane.store.list, owner, kinds=("batch",), after=after, limit=limit + 1,
+                                   created_before=created_before, created_from=created_from)
     data = [batch_object(j) for j in jobs[:limit]]
     return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
             "last_id": data[-1]["id"] if data else None, "has_more": len(jobs) > limit}

@@ -84,9 +84,11 @@ async def upload_file(file: UploadFile = File(...), purpose: str = Form(...),
 @router.get("/v1/files")
 async def list_files(purpose: str | None = None, limit: int | None = Query(None), after: str | None = None,
                      order: Literal["asc", "desc"] = "desc", plane: JobPlane = Depends(get_plane),
-                     owner: str = Depends(job_owner)):
+                     owner: str = Depends(job_owner),
+                     created_before: float | None = None, created_from: float | None = None):
     limit = page_limit(limit, default=10000, most=10000)
-    records = await asyncio.to_thread(plane.store.files, owner, purpose, after, limit + 1, order == "desc")
+    records = await asyncio.to_thread(plane.store.files, owner, purpose, after, limit + 1, order == "desc",
+                                      created_before, created_from)
     data = [file_object(r) for r in records[:limit]]
     return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
             "last_id": data[-1]["id"] if data else None, "has_more": len(records) > limit}

@@ -41,14 +41,15 @@ async def find_job(plane: JobPlane, id: str, owner: str) -> Job:
 @router.get("/v1/jobs")
 async def list_jobs(kind: str | None = None, state: str | None = None, after: str | None = None,
                     limit: int | None = Query(None), plane: JobPlane = Depends(get_plane),
-                    owner: str = Depends(job_owner)):
+                    owner: str = Depends(job_owner),
+                    created_before: float | None = None, created_from: float | None = None):
     if kind is not None and kind not in KINDS:
         raise BadRequest(f"kind must be one of {', '.join(KINDS)}, got {kind!r}", param="kind")
     if state is not None and state not in ACTIVE + TERMINAL:
         raise BadRequest(f"state must be one of {', '.join(ACTIVE + TERMINAL)}, got {state!r}", param="state")
     limit = page_limit(limit)
     jobs = await asyncio.to_thread(plane.store.list, owner, kinds=(kind,) if kind else (), state=state, after=after,
-                                   limit=limit + 1)
+                                   limit=limit + 1, created_before=created_before, created_from=created_from)
     data = [job_object(j) for j in jobs[:limit]]
     return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
             "last_id": data[-1]["id"] if data else None, "has_more": len(jobs) > limit}
