@@ -130,7 +130,7 @@ class Tenants:
         if (key.name, day) in self._counted:
             return
         self._counted.add((key.name, day))
-        rows = await asyncio.to_thread(self.ledger.usage, key.name, None, day, day)
+        rows = await self._off_loop_if_stored(self.ledger.usage, key.name, None, day, day)
         used = sum(r.prompt_tokens + r.completion_tokens for r in rows)
         if used:
             await self.limiter.count_daily(key, day, used)
@@ -167,16 +167,23 @@ class Tenants:
         return f"key:{key.name}" + (f"/{salt}" if salt else "")
 
     def _maybe_flush(self) -> None:
-        """Write what was recorded within FLUSH_SECONDS, in one batch, on a worker thread."""
+        """Write what was recorded within FLUSH_SECONDS, in one batch (on a worker thread when there is a store)."""
         if self._flush_due:
             return
         self._flush_due = True
 
         def start() -> None:
             self._flush_due = False
-            self._flushing = asyncio.ensure_future(asyncio.to_thread(self._flush_logged))
+            self._flushing = asyncio.ensure_future(self._off_loop_if_stored(self._flush_logged))
 
         asyncio.get_running_loop().call_later(FLUSH_SECONDS, start)
+
+    async def _off_loop_if_stored(self, work, *args):
+        """`work` on a worker thread when it reads or writes the key store; at once when the ledger is
+        this process's memory (a thread hop costs more than the work, and its thread competes for the GIL)."""
+        if self.ledger.store is None:
+            return work(*args)
+        return await asyncio.to_thread(work, *args)
 
     def _flush_logged(self) -> None:
         try:

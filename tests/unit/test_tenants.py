@@ -312,6 +312,32 @@ def test_a_restart_does_not_renew_a_daily_allowance(tmp_path):
     tenants.close()
 
 
+def test_a_ledger_in_memory_is_read_and_flushed_without_a_thread(monkeypatch):
+    """No store: a key's first request of the day and the ledger's flush stay on the event loop."""
+    import inferd.tenants.gate as gate
+
+    def no_thread(*args, **kwargs):
+        raise AssertionError("a worker thread was asked for")
+
+    monkeypatch.setattr(gate.asyncio, "to_thread", no_thread)
+    monkeypatch.setattr(gate, "FLUSH_SECONDS", 0.0)
+    clock = Clock()
+    ring = KeyRing()
+    _, secret = ring.add("k", {"daily_tokens": 100})
+    tenants = Tenants(ring, Limiter(clock=clock), clock=clock)
+
+    async def go():
+        ticket = Ticket(tenants.identify([secret.encode()]))
+        await tenants.admit(ticket, "m", 10)  # the day's earlier usage is read: from memory
+        ticket.meters.append(lambda: (10, 0, 0))
+        await tenants.settle(ticket, 200)
+        await asyncio.sleep(0.01)  # the flush is due at once
+        assert tenants._flushing is not None and tenants._flushing.done() and tenants._flushing.exception() is None
+
+    run(go())
+    assert [(r.key, r.prompt_tokens) for r in tenants.ledger.usage()] == [("k", 10)]
+
+
 def test_a_card_shows_the_last_64_kib_of_output_in_bytes():
     from inferd.serving.cards import OUTPUT_TAIL, RequestCard
 
