@@ -17,10 +17,16 @@ def add_options(parser: argparse.ArgumentParser, cls: type, llama_server: bool =
     hints = typing.get_type_hints(cls)
     # A list field `collected_from` another gathers every value of that repeated flag; the other keeps the first.
     collectors = {f.metadata["collected_from"]: f.name for f in dataclasses.fields(cls) if f.metadata.get("collected_from")}
+    # A dict field `aliases_of` (flag field, list field) takes that flag's values given after the list's second item.
+    paired = {f.metadata["aliases_of"][0]: (f.metadata["aliases_of"][1], f.name)
+              for f in dataclasses.fields(cls) if f.metadata.get("aliases_of")}
     for f in dataclasses.fields(cls):
         meta = f.metadata
         if meta.get("collected_from"):
             parser.set_defaults(**{f.name: None, f"_default_{f.name}": list(f.default)})
+            continue
+        if meta.get("aliases_of"):
+            parser.set_defaults(**{f.name: None, f"_default_{f.name}": {}})
             continue
         flag = meta.get("flag") or "--" + f.name.replace("_", "-")
         names = [flag] + ([meta["short"]] if meta.get("short") else [])
@@ -36,7 +42,12 @@ def add_options(parser: argparse.ArgumentParser, cls: type, llama_server: bool =
         elif kind is list:
             # Empty items stay: INFERD_API_KEY="" (an unset shell variable) must not read as "no key".
             items = list(default) if env is None else env.split(",")
-            parser.add_argument(*names, dest=f.name, action="append", default=None, help=meta["help"])
+            if f.name in paired:
+                models, into = paired[f.name]
+                parser.add_argument(*names, dest=f.name, action=_OfLatestModel, default=None, models=models,
+                                    into=into, help=f"{meta['help']}; after a second or later --model, that model's")
+            else:
+                parser.add_argument(*names, dest=f.name, action="append", default=None, help=meta["help"])
             parser.set_defaults(**{f"_default_{f.name}": items})
         elif f.name in collectors:
             parser.add_argument(*names, dest=f.name, type=kind, default=default, action=_FirstAndAll,
@@ -59,6 +70,25 @@ class _FirstAndAll(argparse.Action):
         if not seen:
             setattr(namespace, self.dest, value)
         setattr(namespace, self.collector, [*seen, value])
+
+
+class _OfLatestModel(argparse.Action):
+    """`--alias` before a second `--model` names the server's own model (this flag's own field);
+    after it, the latest `--model` given (`into`, a dict by that model: `--model X --alias A`)."""
+
+    def __init__(self, *args, models: str, into: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.models, self.into = models, into
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        models = getattr(namespace, self.models, None) or []
+        if len(models) < 2:
+            setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), value])
+            return
+        pairs = dict(getattr(namespace, self.into) or {})
+        names = [name.strip() for name in value.split(",") if name.strip()]
+        pairs[models[-1]] = list(dict.fromkeys([*pairs.get(models[-1], []), *names]))
+        setattr(namespace, self.into, pairs)
 
 
 def build(cls: type, args: argparse.Namespace):

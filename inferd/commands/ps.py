@@ -43,9 +43,9 @@ def run_ps_command(args: argparse.Namespace) -> int | None:
             print(json.dumps(answer, indent=2) if args.json else table(answer["models"]))
         else:
             answer = _call(args, "POST", "/api/generate", {"model": args.name, "keep_alive": 0})
-            if answer.get("done_reason") != "unload":
-                raise ServerError(f"{args.name} is the server's own model (its first --model): "
-                                  "it stays loaded for the server's life")
+            if answer.get("done_reason") != "unload":  # a server that keeps its own model loaded for its life
+                raise ServerError(f"{args.name} was not unloaded: the server answered {answer.get('done_reason')!r} "
+                                  "(it keeps its own model, its first --model, loaded)")
     except ServerError as error:
         print(f"inferd: {error}", file=sys.stderr)
         return 1

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferd.model_store.speech import is_piper_voice, is_whisper_folder
+from inferd.models.encoder_config import model_kind
 from inferd.models.gguf_file import VOCABULARY_ARRAYS, GGUFError, GGUFFile
 
 # The files a Hugging Face model folder needs to be loaded and chatted with;
@@ -104,7 +105,8 @@ def describe_folder(folder: Path) -> ModelFacts:
         context_length=text.get("max_position_embeddings"),
         chat_template=bool(template),
         license=_readme_license(folder),
-        capabilities=_capabilities(template, embedding),
+        # A cross-encoder (a sequence-classification head on an encoder) scores pairs: it reranks, not embeds.
+        capabilities=["rerank"] if model_kind(config) == "rerank" else _capabilities(template, embedding),
     )
 
 

@@ -89,16 +89,21 @@ class Fleet:
         names = {card["id"] for card in self.model_cards.get(worker.id, ()) if isinstance(card.get("id"), str)}
         return names | ({worker.model} if worker.model else set())
 
+    def answers_to(self, worker: Worker) -> set[str]:
+        """Every name a request may give it: the models' ids and their aliases (a card's `aliases`)."""
+        aliases = {alias for card in self.model_cards.get(worker.id, ()) for alias in _aliases(card)}
+        return self.names(worker) | aliases
+
     def has_loaded(self, worker: Worker, model: str) -> bool:
         """It holds `model` in memory now: a request there starts without a load."""
         wanted = {model, model.removesuffix(OLLAMA_DEFAULT_TAG)}
         if worker.model in wanted:
             return True
-        return any(card.get("id") in wanted and card.get("loaded", True) is not False
+        return any(({card.get("id"), *_aliases(card)} & wanted) and card.get("loaded", True) is not False
                    for card in self.model_cards.get(worker.id, ()))
 
     def serves(self, worker: Worker, model: str) -> bool:
-        names = self.names(worker)
+        names = self.answers_to(worker)
         return model in names or model.removesuffix(OLLAMA_DEFAULT_TAG) in names
 
     def served_models(self) -> list[str]:
@@ -128,3 +133,8 @@ class Fleet:
         if any(w.model is not None and self.has_loaded(w, model) for w in serving):  # no load to wait for there
             return [w for w in serving if w.model is None or self.has_loaded(w, model)]
         return serving
+
+
+def _aliases(card: dict) -> list[str]:
+    aliases = card.get("aliases")
+    return [a for a in aliases if isinstance(a, str)] if isinstance(aliases, list) else []

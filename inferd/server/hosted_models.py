@@ -16,7 +16,7 @@ from inferd.config import ServeConfig
 from inferd.models.encoder_loader import encoder_dtype, load_encoder
 from inferd.models.loader import load_model, resolve_device
 from inferd.models.paths import resolve_model_path
-from inferd.server.model_roster import read_roster, store_stamp
+from inferd.server.model_roster import check_aliases, read_roster, store_stamp
 from inferd.serving.model_host import ModelHost, available_memory
 from inferd.serving.served_models import CHAT
 from inferd.serving.state import ServerState
@@ -47,6 +47,7 @@ def build_host(state: ServerState) -> ModelHost:
     config = state.config
     budget = memory_budget(config)
     models = read_roster(state)
+    check_aliases(state, models)
     if len(config.models) > 1 and config.default_model is None:
         state.served.strict = True  # several models named: a name none of them has is a 404, not the first model
     known = {*state.served_names, *(n for m in models for n in m.names)}

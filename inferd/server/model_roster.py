@@ -1,5 +1,6 @@
 """Which models a server loads on demand, read from its options and its
-model store: every --model after the first and every stored model (chat,
+model store: every --model after the first (with the --alias names given
+after it) and every stored model (chat,
 embedding or rerank), minus those it loads at start (its own, each
 --embedding-model). Names whose bytes are one model share one entry (one
 load, one engine).
@@ -47,9 +48,9 @@ def read_roster(state: ServerState) -> list[HostedModel]:
         else:
             by_path[path] = HostedModel(names[0], source, size, aliases=tuple(names[1:]), kind=kind)
 
-    for source in config.models[1:]:
+    for source in config.models[1:]:  # `--model X --alias A`: A is its id, X's own name answers too
         name, path = resolve_model_path(source, config.data_dir)
-        add([name], source, path.resolve(), _bytes(path), folder_kind(path))
+        add([*config.model_aliases.get(source, ()), name], source, path.resolve(), _bytes(path), folder_kind(path))
     stored = [(m, p) for m in _stored(config.data_dir)
               if not SPEECH_CAPABILITIES & set(m.capabilities)  # --whisper-model's and --voice's
               and (p := _stored_path(config.data_dir, m)) is not None]
@@ -66,6 +67,23 @@ def read_roster(state: ServerState) -> list[HostedModel]:
             short = repo.name.rsplit("/", 1)[1] + ("" if repo.tag == "latest" else f":{repo.tag}")
             add([short, short.lower()], repo.full, path.resolve(), manifest.size)
     return list(by_path.values())
+
+
+def check_aliases(state: ServerState, models: list[HostedModel]) -> None:
+    """Each `--model X --alias A` pair's A names X and no stored model of other bytes (ValueError
+    saying which name is taken otherwise: an alias must not hide a model)."""
+    config = state.config
+    stored = [(m.model_name, p.resolve()) for m in _stored(config.data_dir)
+              if (p := _stored_path(config.data_dir, m)) is not None]
+    for source, aliases in config.model_aliases.items():
+        path = resolve_model_path(source, config.data_dir)[1].resolve()
+        mine = next((m for m in models if m.source == source), None)
+        names = mine.names if mine is not None else state.served_names  # X is the server's own model's bytes
+        for alias in aliases:
+            hidden = any(alias in (name.short, name.full) and where != path for name, where in stored)
+            if alias not in names or hidden:
+                raise ValueError(f"--alias {alias} (after --model {source}) is already the name of another model "
+                                 "here; give it a name of its own")
 
 
 def store_stamp(data_dir: str | None) -> int | None:

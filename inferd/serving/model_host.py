@@ -11,7 +11,9 @@ idle model; a model with requests in flight is never unloaded; a model that
 cannot fit even alone is refused with 507 and both sizes.
 
 The server's own model (the first --model) and every --embedding-model load
-at start and stay: the limits count only the models loaded here."""
+at start and stay: the limits count only the models loaded here. A request's
+keep_alive 0 unloads the server's own chat model too (Ollama's semantics);
+from then on it is one of the models loaded here (`adopt_own`)."""
 
 from __future__ import annotations
 
@@ -83,6 +85,7 @@ class HostedModel:
     keep_alive: float | None = 300.0  # seconds after the last request; None: stays loaded
     size: int = 0  # bytes once loaded: weights and KV cache
     loads: int = 0
+    own: bool = False  # the server's own model, loaded at start and unloaded since (`adopt_own`)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -132,6 +135,9 @@ class ModelHost:
         self._reader: Callable[[], list[HostedModel]] | None = None
         self._seen: object = None
         self._syncing: asyncio.Future | None = None
+        self.own: HostedModel | None = None  # the server's own model once a request unloaded it
+        self.own_requests = 0  # requests running on the server's own model while it is still its own
+        self.own_unload_wanted = False  # a keep_alive 0 came while they ran: unload once the last ends
 
     def follow(self, stamp: Callable[[], object], reader: Callable[[], list[HostedModel]]) -> None:
         """Read the roster again with `reader` (on a worker thread) whenever `stamp()` changes."""
@@ -169,9 +175,10 @@ class ModelHost:
                 old.aliases = model.aliases
             kept.append(old)
         for model in known.values():  # removed from the store: unloaded now unless requests run on it
-            if model.is_loaded and not model.busy:
+            if model.is_loaded and not model.busy and not model.own:
                 await self.unload(model, "requested")
-        self.models = kept + [m for m in known.values() if m.in_use]  # a removed model in use stays till unloaded
+        # A removed model in use stays till unloaded; the server's own is no stored model: it stays.
+        self.models = kept + [m for m in known.values() if m.in_use or m.own]
 
     # -- the roster ------------------------------------------------------------
     def names(self) -> list[str]:
@@ -201,8 +208,9 @@ class ModelHost:
         except BaseException:
             model.leases -= 1
             raise
-        # Each request sets how long the model stays after it, as in Ollama: its own keep_alive or the server's.
-        model.keep_alive = self.keep_alive if keep_alive == "default" else keep_alive
+        # Each request sets how long the model stays after it, as in Ollama: its own keep_alive or the server's
+        # (the server's own model stays, as it did before it was unloaded).
+        model.keep_alive = (FOREVER if model.own else self.keep_alive) if keep_alive == "default" else keep_alive
         model.last_used = time.time()
         return model.chat if model.chat is not None else model.encoder
 
@@ -223,6 +231,17 @@ class ModelHost:
         log.info("unloaded %s (%s)", model.name, reason)
         await asyncio.to_thread(self._free, parts)
         return True
+
+    async def adopt_own(self, model: HostedModel, parts: ChatModel) -> None:
+        """The server's own model, loaded at start, is unloaded (Ollama's keep_alive 0): from now on it is one
+        of the models loaded here on demand, under `model` (its names, its source, unloaded)."""
+        model.own, model.keep_alive = True, FOREVER
+        self.own = model
+        self.models.insert(0, model)
+        self.unloads["requested"] = self.unloads.get("requested", 0) + 1
+        self.on_unload("requested")
+        log.info("unloaded %s, the server's own model (requested); it loads again on demand", model.name)
+        await asyncio.to_thread(self._free, parts)
 
     # -- loading ---------------------------------------------------------------
     async def _load(self, model: HostedModel) -> None:
@@ -263,6 +282,8 @@ class ModelHost:
         return _loaded_bytes(parts)
 
     async def _make_room(self, model: HostedModel) -> None:
+        if model.own:
+            return  # the server's own model was there before any limit: it counts for none, as at start
         need = model.file_bytes
         if need > self.budget:
             raise HTTPStatusError(507, f"model {model.name!r} needs {_mib(need)} of memory, more than the "
@@ -270,7 +291,7 @@ class ModelHost:
                                        "give a larger --memory-budget or use a smaller model")
         deadline = time.monotonic() + ROOM_WAIT_SECONDS
         while True:
-            others = [m for m in self.loaded() if m is not model]
+            others = [m for m in self.loaded() if m is not model and not m.own]
             held = sum(m.resident_bytes for m in others)
             if (not self.max_loaded or len(others) < self.max_loaded) and held + need <= self.budget:
                 return

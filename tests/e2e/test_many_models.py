@@ -19,6 +19,8 @@ from server import TINY_CTX, ServerProcess
 from tiny_encoders import write_tiny_encoder
 from tiny_models import write_tiny_model
 
+from inferd.cli import main
+
 openai = pytest.importorskip("openai")
 ollama = pytest.importorskip("ollama")
 
@@ -86,8 +88,6 @@ def test_an_unknown_model_is_404_naming_every_model_in_each_dialect(many, client
 
 
 def test_ollama_ps_keep_alive_zero_and_inferd_ps_stop(many, capsys):
-    from inferd.cli import main
-
     sdk = ollama.Client(host=many.base_url)
     sdk.generate(model="tiny-c", prompt="hi", options={"num_predict": 2})
     running = {m.model: m for m in sdk.ps().models}
@@ -106,9 +106,24 @@ def test_ollama_ps_keep_alive_zero_and_inferd_ps_stop(many, capsys):
     assert table[1].endswith("Forever") and table[2].endswith("minutes from now")
     assert main(["stop", "tiny-b", "--url", many.base_url]) == 0
     assert ps_names(sdk) == [many.model_name]
-    assert main(["stop", many.model_name, "--url", many.base_url]) == 1
-    assert "the server's own model" in capsys.readouterr().err
     assert unloads(many, "requested") == 2
+
+
+def test_keep_alive_zero_unloads_the_servers_own_model_too(many, client):
+    """Ollama's semantics: `ps` is empty afterwards; the next request loads it again, with the same output."""
+    sdk = ollama.Client(host=many.base_url)
+    before = answer(client, many.model_name)
+    for name in ps_names(sdk):
+        sdk.generate(model=name, keep_alive=0)
+    assert ps_names(sdk) == []
+    assert answer(client, many.model_name) == before
+    assert ps_names(sdk) == [many.model_name]
+    expires = sdk.ps().models[0].expires_at
+    assert expires.year == 9999  # loaded again, it stays, as it did from the start
+    sdk.generate(model=many.model_name, prompt="hi", options={"num_predict": 2}, keep_alive=0)  # after this one
+    assert ps_names(sdk) == []
+    assert main(["stop", many.model_name, "--url", many.base_url]) == 0  # nothing loaded: nothing to do
+    assert answer(client, many.model_name) == before
 
 
 def test_a_stored_embedding_model_loads_on_demand_by_its_short_name_and_is_evicted_like_any(many, client):

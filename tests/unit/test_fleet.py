@@ -127,3 +127,16 @@ def test_a_worker_with_the_model_loaded_is_preferred_to_one_that_only_stores_it(
     fleet.get("b").ready = False
     assert ids(fleet.candidates("tiny")) == ["a"]
     assert sorted(fleet.served_models()) == ["m1", "m2", "m3", "tiny"]
+
+
+def test_a_models_aliases_route_to_its_workers_preferring_one_where_it_is_loaded():
+    fleet, _ = fleet_of(record("a", "m1"), record("b", "m2"), record("c", "m3"))
+    embed = {"id": "acme/All-MiniLM", "aliases": ["All-MiniLM", "all-minilm"]}
+    fleet.model_cards["a"] = [{"id": "m1"}, {**embed, "loaded": False}]
+    fleet.model_cards["b"] = [{"id": "m2"}, {**embed, "loaded": True}, {"id": "x", "aliases": "not-a-list"}]
+    fleet.model_cards["c"] = [{"id": "m3"}]
+    assert ids(fleet.candidates("all-minilm")) == ["b"]  # loaded there: no load to wait for
+    assert ids(fleet.candidates("All-MiniLM:latest")) == ["b"]
+    fleet.model_cards["b"][1]["loaded"] = False
+    assert ids(fleet.candidates("all-minilm")) == ["a", "b"]  # c never has it
+    assert sorted(fleet.served_models()) == ["acme/All-MiniLM", "m1", "m2", "m3", "x"]  # ids are listed, not aliases

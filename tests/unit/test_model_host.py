@@ -220,3 +220,21 @@ def test_the_roster_follows_the_store_keeping_each_models_state():
     assert during == (["m0", "new", "m1"], {})  # removed: m2 at once, m1 (in use) once its request ends
     assert after == ["m0", "new"] and unloads == {"requested": 1}  # then unloaded
     assert renamed == ("m0-v2", True)  # a loaded model takes what its name means now for its next load
+
+
+def test_the_servers_own_model_once_unloaded_loads_on_demand_outside_the_limits():
+    """Loaded at start before any limit, it counts for none when it loads again, and is never evicted."""
+    async def go():
+        host = _Host(models(10, 10), budget=15 * MB, max_loaded=1)
+        await use(host, "m0")
+        own = HostedModel("own", "own-path", 50 * MB, aliases=("own-alias",))
+        await host.adopt_own(own, ChatModel(host.config, own.names, engine=_Engine()))
+        after_unload = (loaded(host), host.find("own-alias") is own, dict(host.unloads))
+        await use(host, "own")  # bigger than the budget, past --max-loaded-models: no 507, m0 stays
+        both = sorted(loaded(host))
+        await use(host, "m1")  # room for m1 comes from m0, not from the server's own
+        return after_unload, both, sorted(loaded(host)), own.expires_at, host.unloads
+
+    assert asyncio.run(go()) == ((["m0"], True, {"requested": 1}), ["m0", "own"], ["m1", "own"], None,
+                                 {"requested": 1, "evicted": 1})
+
