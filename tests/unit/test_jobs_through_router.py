@@ -22,6 +22,7 @@ from inferd.router.app import build_router_app
 from inferd.router.assemble import build_router_state
 from inferd.router.job_charges import claim_charges
 from inferd.server.assemble import attach_jobs, start_jobs
+from inferd.store.responses import ResponseStore
 from polling import wait_for
 from router_fakes import ServerThread
 from served import served, small_config
@@ -50,6 +51,7 @@ def workers(tiny_model_dir, tmp_path_factory):
         context = served(loaded, config, api_keys=frozenset({WORKER_KEY}))
         server = context.__enter__()
         contexts.append(context)
+        server.state.responses_store = ResponseStore.in_dir(config.data_dir, ttl=3600, max_rows=100)
         jobs = attach_jobs(server.app, server.state, config.data_dir)
         thread = ServerThread(server.app).start()
         thread.call(_start_jobs(server))
@@ -249,3 +251,24 @@ def thread_key(router, name: str) -> str:
     if name not in secrets:
         secrets[name] = state.tenants.ring.add(name, {})[1]
     return secrets[name]
+
+
+def test_a_background_response_is_charged_what_its_run_used(router, workers):
+    thread, state, secrets = router
+    wait_for(lambda: not any(w.jobs.store.active() for w in workers), timeout=120)
+    thread.call(claim_charges(state))
+    before = _ledger_tokens(thread, state, "bob")
+    with httpx.Client(base_url=thread.url, timeout=60) as http:
+        r = http.post("/v1/responses", json={"model": "tiny", "input": "hello there", "max_output_tokens": 2,
+                                             "background": True, "store": True}, headers=as_key(secrets["bob"]))
+        assert r.status_code == 200 and r.json()["status"] == "queued", r.text
+        rid = r.json()["id"]
+        done = wait_for(lambda: (b := http.get(f"/v1/responses/{rid}", headers=as_key(secrets["bob"])).json())
+                        ["status"] in ("completed", "incomplete", "failed", "cancelled") and b, timeout=120)
+    assert done and done["status"] in ("completed", "incomplete"), done  # incomplete: its 2 tokens ran out
+    wait_for(lambda: not any(w.jobs.store.active() for w in workers), timeout=60)
+    thread.call(claim_charges(state))
+    after = _ledger_tokens(thread, state, "bob")
+    usage = done["usage"]
+    # The queued answer is charged nothing (its estimate would count the prompt twice); the run its tokens.
+    assert (after[0] - before[0], after[1] - before[1]) == (usage["input_tokens"], usage["output_tokens"])
