@@ -5,7 +5,7 @@ In memory, a step is a few dict operations (`MemoryCounters`). In Redis, a
 step is one round trip: a Lua script (sent by EVALSHA) checks every counter
 of the step against its cap and only then adds to all of them,
 so replicas sharing the counters never see half a step, and giving back
-(a settled reservation, a lease) is one more script. A window is told apart
+(a settled reservation, a lease) is one more script (`redis_scripts.py`). A window is told apart
 from the next one of the same key by its end (PEXPIRETIME, Redis >= 7.0):
 what is given back goes only to the window it was taken from.
 """
@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from limits.storage import storage_from_string
+
+from inferd.tenants.redis_scripts import Script, ScriptRunner
 
 SWEEP_SECONDS = 60.0  # how often ended windows of keys gone quiet are dropped from memory
 
@@ -135,7 +137,7 @@ class MemoryCounters:
 
 # ARGV: three per key: amount, cap (0: none), expiry seconds (set when the counter is new).
 # Returns {0, count1, end1, count2, end2, ...} (ends in epoch ms), or {i, pttl} when key i would pass its cap.
-_TAKE = """
+_TAKE = Script("""
 for i = 1, #KEYS do
   local cap = tonumber(ARGV[3*i-1])
   if cap > 0 and tonumber(redis.call('GET', KEYS[i]) or '0') + tonumber(ARGV[3*i-2]) > cap then
@@ -152,10 +154,10 @@ for i = 1, #KEYS do
   out[2*i+1] = redis.call('PEXPIRETIME', KEYS[i])
 end
 return out
-"""
+""")
 
 # ARGV: two per key: amount to give back (negative: take more), the window's end in ms (0: a lease).
-_GIVE_BACK = """
+_GIVE_BACK = Script("""
 for i = 1, #KEYS do
   local window = tonumber(ARGV[2*i])
   if window == 0 then
@@ -169,7 +171,7 @@ for i = 1, #KEYS do
   end
 end
 return 0
-"""
+""")
 
 
 class RedisCounters:
@@ -177,16 +179,14 @@ class RedisCounters:
 
     def __init__(self, storage):
         self.storage = storage  # `limits`' Redis storage: its connection and key prefix, shared with `add` and `get`
-        client = storage.bridge.get_connection()
-        self._take = client.register_script(_TAKE)
-        self._give_back = client.register_script(_GIVE_BACK)
+        self.scripts = ScriptRunner(storage.bridge.get_connection().connection_pool)
 
     async def take(self, wants: list[Want]) -> list[Taken] | Short:
         if not wants:
             return []
         keys = [self.storage.bridge.prefixed_key(w.key) for w in wants]
         args = [a for w in wants for a in (w.amount, w.cap, w.expiry)]
-        out = await self._take(keys, args)
+        out = await self.scripts.run(_TAKE, keys, args)
         if out[0]:
             return Short(out[0] - 1, max(0, out[1]) / 1000)
         return [Taken(w.key, w.expiry, w.amount, out[2 * i + 1], out[2 * i + 2] / 1000,
@@ -196,8 +196,8 @@ class RedisCounters:
     async def give_back(self, items: list[tuple[Taken, int]]) -> None:
         items = [(t, amount) for t, amount in items if amount]
         if items:
-            await self._give_back([self.storage.bridge.prefixed_key(t.key) for t, _ in items],
-                                  [a for t, amount in items for a in (amount, t.window)])
+            await self.scripts.run(_GIVE_BACK, [self.storage.bridge.prefixed_key(t.key) for t, _ in items],
+                                   [a for t, amount in items for a in (amount, t.window)])
 
     async def add(self, key: str, expiry: int, amount: int) -> None:
         await self.storage.incr(key, expiry, amount)

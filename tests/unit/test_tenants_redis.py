@@ -35,18 +35,24 @@ def run(coro):
 
 
 class Counted:
-    """Counts the Redis commands a limiter sends."""
+    """Counts the scripts Redis itself has run (its command statistics): one a round trip."""
 
     def __init__(self, limiter: Limiter):
-        self.calls = 0
-        connection = limiter.counters.storage.bridge.get_connection()
-        execute = connection.execute_command
+        self.connection = limiter.counters.storage.bridge.get_connection()
+        self.start = 0
 
-        async def counted(*args, **kwargs):
-            self.calls += 1
-            return await execute(*args, **kwargs)
+    async def scripts(self) -> int:
+        stats = await self.connection.info("commandstats")
+        return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval"))
 
-        connection.execute_command = counted
+    async def calls(self) -> int:
+        return await self.scripts() - self.start
+
+    @classmethod
+    async def on(cls, limiter: Limiter) -> Counted:
+        counted = cls(limiter)
+        counted.start = await counted.scripts()
+        return counted
 
 
 def test_each_step_is_one_round_trip_and_refusals_cost_nothing(redis):
@@ -55,15 +61,15 @@ def test_each_step_is_one_round_trip_and_refusals_cost_nothing(redis):
     async def go():
         limiter = Limiter(redis.url)
         await limiter.settle(await limiter.acquire(key, 1), 1)  # scripts loaded
-        counted = Counted(limiter)
+        counted = await Counted.on(limiter)
         held = await limiter.enter(key)
         await limiter.reserve(held, key, 80)
         await limiter.settle(held, 10)
-        assert counted.calls == 3
+        assert await counted.calls() == 3
         assert held.headers["x-ratelimit-remaining-requests"] == "1"
         assert held.headers["x-ratelimit-remaining-tokens"] == "19"  # 1 + 80 of 100
         one_step = await limiter.acquire(key, 5)  # the router's: lease, request and tokens at once
-        assert counted.calls == 4 and one_step.headers["x-ratelimit-remaining-requests"] == "0"
+        assert await counted.calls() == 4 and one_step.headers["x-ratelimit-remaining-requests"] == "0"
         await limiter.settle(one_step, 5)
         with pytest.raises(Refused) as e:
             await limiter.enter(key)
@@ -118,5 +124,39 @@ def test_two_limiters_on_one_redis_share_leases_and_rpm(redis):
         assert await a.in_flight(key) == 0
         bridge = a.counters.storage.bridge  # back at zero, the counter is dropped: the next lease gets a fresh expiry
         assert not await bridge.get_connection().exists(bridge.prefixed_key(f"inferd/concurrent/{key.name}"))
+
+    run(go())
+
+
+def test_scripts_survive_a_flushed_redis_a_closed_connection_and_a_cancelled_step(redis):
+    key = key_with(rpm=100, max_concurrent=5)
+
+    async def go():
+        limiter = Limiter(redis.url)
+        await limiter.settle(await limiter.enter(key), 0)
+        admin = limiter.counters.storage.bridge.get_connection()
+        await admin.script_flush()  # as after a restart: Redis no longer holds the scripts
+        held = await limiter.enter(key)
+        assert held.headers["x-ratelimit-remaining-requests"] == "98"
+        await admin.client_kill_filter(_type="normal", skipme=True)  # the server drops the idle connections
+        await limiter.settle(held, 0)
+        assert await limiter.in_flight(key) == 0
+
+        rpm = f"LIMITER/{key.name}/requests/100/1/minute"
+        for turns in range(4):  # cancelled before its step is written, while its reply is read, or after
+            started = asyncio.ensure_future(limiter.enter(key))
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            started.cancel()
+            try:
+                await limiter.settle(await started, 0)  # redis-py may still finish a reply it was reading
+            except asyncio.CancelledError:
+                pass
+            counted = await Counted.on(limiter)
+            after = await limiter.enter(key)  # its own reply, never one meant for the cancelled step
+            assert await counted.calls() == 1
+            assert int(after.headers["x-ratelimit-remaining-requests"]) == 100 - await limiter.counters.get(rpm)
+            await limiter.settle(after, 0)
+        assert await limiter.in_flight(key) == 0
 
     run(go())
