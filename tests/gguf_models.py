@@ -37,9 +37,13 @@ def converter_rope_freqs(theta, dim, factor, low, high, context) -> np.ndarray:
     return np.array(out, dtype=np.float32)
 
 
-def write_gguf(path, arch: str, cfg: dict, state: dict[str, torch.Tensor], qtypes: dict[str, Q] | None = None) -> None:
-    """`cfg` is a Hugging Face config.json dict; `qtypes` maps HF names to a storage type (default F32)."""
+def write_gguf(path, arch: str, cfg: dict, state: dict[str, torch.Tensor], qtypes: dict[str, Q] | None = None,
+               pooling: gguf.PoolingType | None = None) -> None:
+    """`cfg` is a Hugging Face config.json dict; `qtypes` maps HF names to a storage type (default F32);
+    `pooling` makes it an embedding model (`<arch>.pooling_type`, as llama.cpp's converter writes one)."""
     w = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[GGUF_ARCH[arch]])
+    if pooling is not None:
+        w.add_pooling_type(pooling)
     heads, kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     w.add_context_length(cfg["max_position_embeddings"])
