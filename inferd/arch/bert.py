@@ -5,7 +5,8 @@ of cross-encoders.
 A batch is packed: the token rows of every sequence one after another, [T, hidden],
 so nothing ever computes padding: the projections and the MLP take all rows at
 once, attention takes each run of equal-length sequences as one block
-(`EncoderBatch`).
+(`EncoderBatch`). The projections run oneDNN on a weight reordered at load
+(`Projection`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from inferd.arch.base import WeightLoadError
+from inferd.arch.encoder_projection import Projection
 from inferd.models.encoder_config import EncoderConfig
 
 # In place: the MLP's widest tensor is rewritten where it lies.
@@ -84,56 +86,28 @@ class EncoderBatch:
         return starts
 
 
-@dataclass
-class LayerBuffers:
-    """Where a batch's layers write their results: made once per forward and
-    reused by every layer, since a fresh tensor of a few MB costs its page
-    faults each time it is made (~10% of a float32 forward)."""
-
-    residual: torch.Tensor  # [T, hidden]: x + sublayer(x), before its norm
-    attn: torch.Tensor  # [T, hidden]
-    qkv: torch.Tensor  # [T, 3 * hidden]
-    wide: torch.Tensor  # [T, intermediate]
-
-    @classmethod
-    def of(cls, cfg: EncoderConfig, rows: int, like: torch.Tensor) -> "LayerBuffers":
-        def new(width: int) -> torch.Tensor:
-            return like.new_empty(rows, width)
-
-        hidden = cfg.hidden_size
-        return cls(new(hidden), new(hidden), new(3 * hidden), new(cfg.intermediate_size))
-
-
 class EncoderLayer(nn.Module):
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
         hidden = cfg.hidden_size
         self.heads, self.head_dim = cfg.num_heads, cfg.head_dim
-        self.qkv = nn.Linear(hidden, 3 * hidden)
-        self.attn_out = nn.Linear(hidden, hidden)
+        self.qkv = Projection(hidden, 3 * hidden)
+        self.attn_out = Projection(hidden, hidden)
         self.attn_norm = nn.LayerNorm(hidden, eps=cfg.layer_norm_eps)
-        self.up = nn.Linear(hidden, cfg.intermediate_size)
-        self.down = nn.Linear(cfg.intermediate_size, hidden)
+        self.up = Projection(hidden, cfg.intermediate_size)
+        self.down = Projection(cfg.intermediate_size, hidden)
         self.out_norm = nn.LayerNorm(hidden, eps=cfg.layer_norm_eps)
         self.act = ACTIVATIONS[cfg.hidden_act]
         self.rotated = (2 if cfg.rotary else 0) + (1 if cfg.rotary_value else 0)  # of query, key, value
 
-    def forward(self, x: torch.Tensor, batch: EncoderBatch, buffers: LayerBuffers,
+    def forward(self, x: torch.Tensor, batch: EncoderBatch, attn: torch.Tensor,
                 rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        qkv = torch.addmm(self.qkv.bias, x, self.qkv.weight.t(), out=buffers.qkv)
+        """`attn`: a [T, hidden] tensor every layer writes its attention into."""
+        qkv = self.qkv(x)
         if self.rotated:
             self._rotate(qkv, *rotary)
-        attn = self.attention(qkv, batch, buffers.attn)
-        x = self._add_norm(x, attn, self.attn_out, self.attn_norm, buffers)
-        wide = self.act(torch.addmm(self.up.bias, x, self.up.weight.t(), out=buffers.wide))
-        return self._add_norm(x, wide, self.down, self.out_norm, buffers)
-
-    @staticmethod
-    def _add_norm(x: torch.Tensor, h: torch.Tensor, proj: nn.Linear, norm: nn.LayerNorm,
-                  buffers: LayerBuffers) -> torch.Tensor:
-        """norm(x + proj(h)): the bias joins the residual and the matmul adds onto it in place."""
-        residual = torch.add(x, proj.bias, out=buffers.residual).addmm_(h, proj.weight.t())
-        return norm(residual)
+        x = self.attn_norm(self.attn_out.add_onto(x, self.attention(qkv, batch, attn)))
+        return self.out_norm(self.down.add_onto(x, self.act(self.up(x))))
 
     def _rotate(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
         """RoFormer's rotary positions, in place: each head's pairs (x[2i], x[2i+1])
@@ -146,13 +120,12 @@ class EncoderLayer(nn.Module):
         even.copy_(turned_even)
 
     def attention(self, qkv: torch.Tensor, batch: EncoderBatch, out: torch.Tensor) -> torch.Tensor:
-        hidden = out.shape[1]
         out[sum(batch.lengths):] = 0  # rows past the sequences (padding to a recurring size) attend nothing
         for start, count, length in batch.groups:
             rows = slice(start, start + count * length)
             q, k, v = qkv[rows].view(count, length, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
             o = F.scaled_dot_product_attention(q, k, v)  # [count, H, length, D]
-            out[rows] = o.transpose(1, 2).reshape(count * length, hidden)
+            out[rows].view(count, length, self.heads, self.head_dim).copy_(o.transpose(1, 2))
         return out
 
 
@@ -169,7 +142,7 @@ class BertEncoder(nn.Module):
         self.position_embeddings = None if cfg.rotary else nn.Embedding(cfg.max_position_embeddings, width)
         self.token_type_embeddings = nn.Embedding(max(cfg.type_vocab_size, 1), width)
         self.embed_norm = nn.LayerNorm(width, eps=cfg.layer_norm_eps)
-        self.embed_project = nn.Linear(width, hidden) if width != hidden else None
+        self.embed_project = Projection(width, hidden) if width != hidden else None
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_layers))
         self.pooler = self.classifier = None
         if cfg.num_labels:
@@ -187,9 +160,9 @@ class BertEncoder(nn.Module):
         x = self.embed_norm(x)
         if self.embed_project is not None:
             x = self.embed_project(x)
-        buffers = LayerBuffers.of(self.cfg, x.shape[0], x)
+        attn = x.new_empty(x.shape[0], self.cfg.hidden_size)
         for layer in self.layers:
-            x = layer(x, batch, buffers, rotary)
+            x = layer(x, batch, attn, rotary)
         return x
 
     def classify(self, hidden: torch.Tensor, batch: EncoderBatch) -> torch.Tensor:
@@ -229,6 +202,9 @@ class BertEncoder(nn.Module):
         missing = sorted(set(params) - loaded)
         if missing:
             raise WeightLoadError(f"checkpoint lacks {len(missing)} tensors, e.g. {missing[:3]}")
+        for module in self.modules():
+            if isinstance(module, Projection):
+                module.pack()
 
     def _assign(self, params, name: str, tensor: torch.Tensor, dtype: torch.dtype, device: torch.device) -> None:
         if tuple(params[name].shape) != tuple(tensor.shape):
