@@ -7,8 +7,9 @@ alone, greedy, the bundled model by default.
 
 Each round runs every task once plain and once speculating, alternating
 which goes first, so a noisy host affects both alike. Prints decode tok/s
-per task (the fastest round) and overall, the draft acceptance rate, and
-whether both produced the same tokens.
+per task (the fastest round) and overall, the draft acceptance rate, the
+verified rows' cost the guard learned (one more row's share of a plain
+step), and whether both produced the same tokens.
 """
 
 from __future__ import annotations
@@ -123,6 +124,10 @@ def main() -> None:
     spec = engines["ngram"].speculator
     print(f"drafts accepted: {spec.accepted_total} of {spec.drafted_total} "
           f"({spec.accepted_total / max(spec.drafted_total, 1):.0%})")
+    costs = spec.costs
+    if costs.plain_seconds is not None:
+        print(f"guard's step costs: plain {costs.plain_seconds * 1000:.1f} ms, each verified row "
+              f"+{costs.row_cost:.2f} of that")
     for task in TASKS:
         print(f"--- {task}, speculating:\n{loaded.tokenizer.decode(outputs[task, 'ngram'])}")
 

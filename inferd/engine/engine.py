@@ -10,6 +10,7 @@ import time
 from inferd.arch.file_blocks import computes_lone_rows_exactly
 from inferd.config import EngineConfig
 from inferd.engine.detokenizer import IncrementalDetokenizer
+from inferd.engine.draft_model import DraftModel
 from inferd.engine.engine_request import EngineRequest
 from inferd.engine.errors import RequestRejected
 from inferd.engine.kv_cache import BlockPool
@@ -25,7 +26,7 @@ from inferd.engine.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
 from inferd.engine.slot_files import SlotMemory
 from inferd.engine.speculative import Speculator, can_speculate
 from inferd.engine.stop_rules import StopRules
-from inferd.models.loader import LoadedModel
+from inferd.models.loader import LoadedModel, load_model
 
 log = logging.getLogger(__name__)
 
@@ -86,13 +87,24 @@ class Engine:
         self.runner = ModelRunner(loaded.model, self.pool.num_blocks, config.block_size, loaded.dtype, loaded.device)
         self.sampler = Sampler()
         self.speculator = Speculator(config.speculative, config.spec_tokens, config.spec_max_batch, max_len,
-                                     exact=computes_lone_rows_exactly(loaded.model))
+                                     exact=computes_lone_rows_exactly(loaded.model),
+                                     drafter=self._draft_model(loaded, config, max_len))
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids) | frozenset(loaded.config.eos_token_ids)
         self.think_ids = think_ids
         self.requests: dict[str, Request] = {}
         self.slot_memory = SlotMemory()  # what each slot ran last, for /slots save, restore and erase
         self._stops: dict[str, StopRules] = {}
         self._counters = {"prompt": 0, "computed": 0, "generated": 0, "steps": 0}
+
+    @staticmethod
+    def _draft_model(loaded: LoadedModel, config: EngineConfig, max_len: int) -> DraftModel | None:
+        if not config.draft_model:
+            return None
+        if config.speculative == "off":
+            raise ValueError("--draft-model drafts for speculative decoding: use it with --speculative ngram or auto")
+        draft = load_model(config.draft_model, dtype=str(loaded.dtype).removeprefix("torch."),
+                           device=str(loaded.device), weights=config.weights, data_dir=config.data_dir)
+        return DraftModel(draft, loaded, config.parallel, max_len, config.block_size)
 
     # -- requests ----------------------------------------------------------
     def validate(self, request: EngineRequest) -> None:

@@ -25,6 +25,12 @@ speculate its drafts are still proposed and checked against the tokens
 plain decoding then produces (shadow drafts, free), so the estimate follows
 the output into and out of copying without paying for a probe.
 
+Drafts from a draft model (`--draft-model`, `draft_model.py`) cost a
+forward pass of it per token, so none are made in the shadow: a request
+that stopped verifies one probe after `FIRST_BACKOFF` plain steps, then
+after twice as many each time the probe does not restart it (at most
+`MAX_BACKOFF`).
+
 Engine-wide, nothing is proposed while more than `max_batch` requests run:
 a wide batch is no longer bound by reading the weights, so verifying drafts
 costs about as much as the tokens it saves.
@@ -33,10 +39,14 @@ costs about as much as the tokens it saves.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from inferd.engine.request import Request, RequestStatus
+
+if TYPE_CHECKING:
+    from inferd.engine.draft_model import DraftModel
 
 METHODS = ("off", "ngram", "auto")
 # Before an engine has timed its own steps: what one more verified row adds to a
@@ -48,6 +58,7 @@ COST_SMOOTHING = 0.1  # weight of a new step's time in the running averages
 PRIOR_TRIED, PRIOR_HELD = 2.0, 1.0
 EVIDENCE_DECAY = 0.8  # weight left to older drafts at each new outcome: recent output decides
 START_GAIN = 1.1  # tokens per unit of cost needed to start speculating again once stopped
+FIRST_BACKOFF, MAX_BACKOFF = 8, 128  # plain steps before a draft model's probe, doubling per failed probe
 
 
 def can_speculate(req: Request) -> bool:
@@ -123,6 +134,8 @@ class DraftRecord:
     speculating: bool = True
     shadow: list[int] = field(default_factory=list)  # drafts proposed, not verified, checked against the output
     shadow_at: int = 0  # the request's token count when the shadow was proposed
+    plain_steps: int = 0  # since it stopped, or since its last probe (draft model)
+    backoff: int = FIRST_BACKOFF
 
     @property
     def hold_rate(self) -> float:
@@ -142,7 +155,7 @@ class Speculator:
     off elsewhere)."""
 
     def __init__(self, method: str, num_tokens: int, max_batch: int, max_model_len: int, exact: bool = True,
-                 costs: StepCosts | None = None):
+                 costs: StepCosts | None = None, drafter: DraftModel | None = None):
         if method not in METHODS:
             raise ValueError(f"--speculative must be one of {', '.join(METHODS)}, got {method!r}")
         if num_tokens < 1:
@@ -152,6 +165,7 @@ class Speculator:
         self.max_batch = max_batch
         self.max_model_len = max_model_len
         self.costs = costs or StepCosts()
+        self.drafter = drafter
         self.records: dict[str, DraftRecord] = {}
         self.drafted_total = 0
         self.accepted_total = 0
@@ -171,12 +185,27 @@ class Speculator:
             self._check_shadow(req, record)
             if room < 1:
                 continue
+            if self.drafter is not None:
+                req.draft_token_ids = self._from_draft_model(req, record, min(self.num_tokens, room))
+                continue
             proposal = propose_ngram(req.all_token_ids, min(self.num_tokens, room))
             drafts = self.draft_length(record, len(proposal))
             if drafts:
                 req.draft_token_ids = proposal[:drafts]
             elif proposal and not record.shadow:
                 record.shadow, record.shadow_at = proposal, req.num_tokens
+
+    def _from_draft_model(self, req: Request, record: DraftRecord, most: int) -> list[int]:
+        drafts = self.draft_length(record, most)
+        if drafts:
+            record.backoff, record.plain_steps = FIRST_BACKOFF, 0
+        else:
+            record.plain_steps += 1
+            if record.plain_steps < record.backoff:
+                return []
+            drafts = most  # a probe: the most the request may verify, the most evidence
+            record.backoff, record.plain_steps = min(2 * record.backoff, MAX_BACKOFF), 0
+        return self.drafter.propose(req, drafts)
 
     def draft_length(self, record: DraftRecord, available: int) -> int:
         """How many of `available` drafts to verify: the count that yields most

@@ -134,3 +134,28 @@ def test_a_verification_beside_a_prefill_keeps_its_rows_exact(gguf_model):
             started = True
     assert mixed_steps > 0
     assert outputs["first"] == alone
+
+
+BUNDLED_PROMPTS = [
+    "def add(a, b):\n    return a + b\n\n\nThe same function renamed to plus:\n\ndef plus(a, b):\n",
+    "The river rises in the hills and flows west to the sea. Quote the text: \"The river",
+    "Write a short story about a fox who learns to sail.\n\nStory: The fox had never seen the sea",  # free-running
+]
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    return load_model()  # the bundled Gemma 3 GGUF, on its own blocks
+
+
+@pytest.mark.parametrize("text", BUNDLED_PROMPTS, ids=["edit", "quote", "story"])
+def test_the_bundled_model_verifies_bit_for_bit(bundled, text):
+    assert computes_lone_rows_exactly(bundled.model)
+    prompt = bundled.tokenizer.encode(text)
+    params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    plain_output, plain = logits_by_position(engine_for(bundled, "off"), prompt, params)
+    output, verified = logits_by_position(engine_for(bundled, "auto"), prompt, params)
+    assert output == plain_output
+    assert verified.keys() == plain.keys()
+    for position, (_, logits) in verified.items():
+        assert torch.equal(logits, plain[position][1]), f"position {position}"
