@@ -8,9 +8,13 @@ gateway does. The worker takes that name as the owner only from a key
 allowed to speak for others (an admin key, such as the router's
 --worker-api-key) or on a server without keys (open to all already); an
 ordinary key that sends it is refused, so no client can read another's jobs
-by naming them."""
+by naming them. The caller's model scopes come along
+(`x-inferd-on-behalf-scopes`, a JSON list) and are kept with each job it
+makes, so its items are held to them as the caller's own requests are."""
 
 from __future__ import annotations
+
+import json
 
 from fastapi import Request
 
@@ -21,6 +25,7 @@ from inferd.jobs.plane import JobPlane
 from inferd.tenants.keys import NAME
 
 ON_BEHALF_HEADER = "x-inferd-on-behalf-of"
+ON_BEHALF_SCOPES = "x-inferd-on-behalf-scopes"
 
 
 def get_plane(request: Request) -> JobPlane:
@@ -57,6 +62,20 @@ def owner_of(request: Request) -> str:
         raise BadRequest(f"{ON_BEHALF_HEADER} must be a key name (1-64 of A-Z a-z 0-9 . _ -), got {named[:80]!r}",
                          param=ON_BEHALF_HEADER)
     return named
+
+
+def owner_scopes(request: Request) -> tuple[str, ...]:
+    """The models the owner may use, when a trusted key speaks for it and says (none: any)."""
+    if request.headers.get(ON_BEHALF_SCOPES) is None:
+        return ()
+    owner_of(request)  # refused unless the key may speak for others
+    try:
+        scopes = json.loads(request.headers[ON_BEHALF_SCOPES])
+    except ValueError:
+        scopes = None
+    if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
+        raise BadRequest(f"{ON_BEHALF_SCOPES} must be a JSON list of model names", param=ON_BEHALF_SCOPES)
+    return tuple(scopes)
 
 
 def page_limit(limit: int | None, default: int = 20, most: int = 100) -> int:

@@ -88,9 +88,9 @@ async def forward(request: Request, endpoint: Endpoint):
     response_id = next((v for v in (*map(request.path_params.get, _STORED_PARAMS), *map(body.get, _STORED_FIELDS))
                         if v), None)
     ctx = current_request()
-    caller = ctx.key.name if ctx is not None and ctx.key is not None else None
+    caller = ctx.key if ctx is not None else None
     to_worker = request_headers(list(request.scope["headers"]), state.config.worker_api_key, state.tenants.enabled,
-                                on_behalf_of=caller)
+                                on_behalf_of=caller.name if caller else None, scopes=caller.scopes if caller else ())
     if isinstance(response_id, str) and _STORED_ID.match(response_id):
         # Asked as the request goes on (the caller's key passed through, or the worker key for the caller
         # the router identified), so a worker answers only for what the caller may read.

@@ -26,7 +26,7 @@ from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
 from starlette.middleware.exceptions import ExceptionMiddleware
 
 from inferd.api.registry import error_response_for_path
-from inferd.http.auth import refusal_error
+from inferd.http.auth import Forbidden, refusal_error
 from inferd.http.errors import APIError
 from inferd.http.request_context import RequestContext, request_current
 from inferd.jobs.runner import RESPONSE_ID, Retry
@@ -62,6 +62,11 @@ class InProcessDispatch:
         tenants = self.state.tenants
         ctx = RequestContext(trace_id=f"{job.id}-{item.idx}", path=path, tenants=tenants,
                              services={"cards": self.state.cards})
+        model = item.request.get("model")
+        if job.scopes and not (isinstance(model, str) and model in job.scopes):  # the owner's, through a router
+            return self._error(path, Forbidden(
+                f"the key that made this job may not use model {model!r}; it may use "
+                f"{', '.join(map(repr, job.scopes))}", code="model_not_allowed"), ctx.trace_id)
         if tenants is not None and tenants.enabled and job.caller:
             try:
                 ctx.key = _usable_key(tenants, job.caller)

@@ -55,12 +55,20 @@ def test_charges_are_claimed_a_page_at_a_time_oldest_first(store):
 
 def test_the_router_names_its_caller_and_drops_a_clients_own_claim():
     client = [(b"authorization", b"Bearer alice-secret"), (b"x-inferd-on-behalf-of", b"bob")]
-    sent = request_headers(client, "w-secret", True, on_behalf_of="alice")
+    sent = request_headers([*client, (b"x-inferd-on-behalf-scopes", b'["any"]')], "w-secret", True,
+                           on_behalf_of="alice", scopes=("tiny", "m2"))
     assert (b"x-inferd-on-behalf-of", b"alice") in sent and (b"x-inferd-on-behalf-of", b"bob") not in sent
+    assert [v for n, v in sent if n == b"x-inferd-on-behalf-scopes"] == [b'["tiny", "m2"]']
     assert (b"authorization", b"Bearer w-secret") in sent
     # No keys at the router: nobody was identified, so nobody is named (and the client's claim is dropped).
     passed = request_headers(client, None, False)
     assert all(name != b"x-inferd-on-behalf-of" for name, _ in passed)
+
+
+def test_a_job_keeps_the_scopes_of_the_owner_it_was_made_for(store):
+    store.create("s", "batch", "alice", URL, {}, items=[("c0", {})], caller="w", scopes=("tiny",))
+    store.create("n", "batch", "alice", URL, {}, items=[("c0", {})])
+    assert store.get("s").scopes == ("tiny",) and store.get("n").scopes == ()
 
 
 def test_a_job_stored_before_callers_were_kept_runs_as_its_owner(store):

@@ -140,6 +140,11 @@ def test_a_worker_takes_the_owner_header_only_from_an_admin_key(workers):
         assert spoken_for not in [f["id"] for f in http.get("/v1/files", headers=as_key(WORKER_KEY)).json()["data"]]
         bad = http.get("/v1/files", headers={**as_key(WORKER_KEY), "x-inferd-on-behalf-of": "no spaces"})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "x-inferd-on-behalf-of"
+        scoped = {**as_key(WORKER_KEY), "x-inferd-on-behalf-of": "dora", "x-inferd-on-behalf-scopes": "tiny"}
+        one = [{"custom_id": "m", "params": {"model": "tiny", "max_tokens": 1,
+                                              "messages": [{"role": "user", "content": "hi"}]}}]
+        bad = http.post("/v1/messages/batches", json={"requests": one}, headers=scoped)
+        assert bad.status_code == 400 and "x-inferd-on-behalf-scopes" in bad.text  # not a JSON list
         # Claiming charges is for admin keys too.
         assert http.post("/v1/job-charges/claim", headers=as_key(carol)).status_code == 403
 
@@ -272,3 +277,21 @@ def test_a_background_response_is_charged_what_its_run_used(router, workers):
     usage = done["usage"]
     # The queued answer is charged nothing (its estimate would count the prompt twice); the run its tokens.
     assert (after[0] - before[0], after[1] - before[1]) == (usage["input_tokens"], usage["output_tokens"])
+
+
+def test_batch_items_are_held_to_the_callers_model_scopes(router, workers):
+    thread, state, secrets = router
+    if "sam" not in secrets:
+        secrets["sam"] = state.tenants.ring.add("sam", {"scopes": ["another-model"]})[1]
+    with httpx.Client(base_url=thread.url, timeout=60) as http:
+        file_id = upload(http, secrets["sam"], chat_line("sam-1"))["id"]
+        r = http.post("/v1/batches", json={"input_file_id": file_id, "endpoint": "/v1/chat/completions",
+                                           "completion_window": "24h"}, headers=as_key(secrets["sam"]))
+        batch_id = r.json()["id"]
+        batch = wait_for(lambda: (b := http.get(f"/v1/batches/{batch_id}", headers=as_key(secrets["sam"])).json())
+                         ["status"] in ENDED and b, timeout=120)
+        assert batch and batch["request_counts"] == {"total": 1, "completed": 0, "failed": 1}, batch
+        (line,) = http.get(f"/v1/files/{batch['error_file_id']}/content", headers=as_key(secrets["sam"])).text.splitlines()
+    answer = json.loads(line)["response"]
+    assert answer["status_code"] == 403 and answer["body"]["error"]["code"] == "model_not_allowed"
+    assert "'another-model'" in answer["body"]["error"]["message"]

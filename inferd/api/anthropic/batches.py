@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from inferd.api.anthropic.errors import AnthropicRoute
 from inferd.api.anthropic.protocol import MessagesRequest
-from inferd.api.job_access import caller, get_plane, job_owner, page_limit
+from inferd.api.job_access import caller, get_plane, job_owner, owner_scopes, page_limit
 from inferd.http.errors import BadRequest, NotFound, validation_message
 from inferd.jobs.plane import JobPlane
 from inferd.jobs.runner import JobKind
@@ -102,7 +102,8 @@ async def create_batch(body: CreateMessageBatch, raw: Request, plane: JobPlane =
                        owner: str = Depends(job_owner)):
     items = checked_requests(body)
     job = await asyncio.to_thread(plane.store.create, new_id("msgbatch_"), "message_batch", owner, ENDPOINT, {},
-                                  state="in_progress", expires_at=time.time() + WINDOW, items=items, caller=caller())
+                                  state="in_progress", expires_at=time.time() + WINDOW, items=items, caller=caller(),
+                                  scopes=owner_scopes(raw))
     plane.runner.wake()
     return batch_object(job, str(raw.base_url))
 

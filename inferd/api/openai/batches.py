@@ -12,10 +12,10 @@ import json
 import time
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict
 
-from inferd.api.job_access import caller, get_plane, job_owner, page_limit
+from inferd.api.job_access import caller, get_plane, job_owner, owner_scopes, page_limit
 from inferd.api.openai.files import expiry_seconds, find_file
 from inferd.http.errors import BadRequest, NotFound
 from inferd.jobs.batch_input import parse_batch_input
@@ -69,7 +69,8 @@ async def find_batch(plane: JobPlane, id: str, owner: str) -> Job:
 
 
 @router.post("/v1/batches")
-async def create_batch(body: CreateBatchRequest, plane: JobPlane = Depends(get_plane), owner: str = Depends(job_owner)):
+async def create_batch(body: CreateBatchRequest, raw: Request, plane: JobPlane = Depends(get_plane),
+                       owner: str = Depends(job_owner)):
     if body.endpoint not in ENDPOINTS:
         raise BadRequest(f"endpoint must be one of {', '.join(ENDPOINTS)}, got {body.endpoint!r}", param="endpoint")
     if body.completion_window not in WINDOWS:
@@ -88,7 +89,8 @@ async def create_batch(body: CreateBatchRequest, plane: JobPlane = Depends(get_p
             "output_expiry": output_expiry}
     expires = time.time() + WINDOWS[body.completion_window]
     job = await asyncio.to_thread(plane.store.create, new_id("batch_"), "batch", owner, body.endpoint, spec,
-                                  expires_at=expires, caller=caller())
+                                  expires_at=expires, caller=caller(),
+                                  scopes=owner_scopes(raw))
     plane.runner.wake()
     return batch_object(job)
 
