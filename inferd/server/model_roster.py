@@ -1,8 +1,8 @@
 """Which models a server loads on demand, read from its options and its
 model store: every --model after the first (with the --alias names given
-after it) and every stored model (chat,
-embedding or rerank), minus those it loads at start (its own, each
---embedding-model). Names whose bytes are one model share one entry (one
+after it) and every stored model (chat, embedding or rerank; a GGUF
+embedding model is a decoder pooled as its header says), minus those it
+loads at start (its own, each --embedding-model). Names whose bytes are one model share one entry (one
 load, one engine).
 
 A stored Hugging Face repository answers to `owner/repo` and, where no other
@@ -21,12 +21,16 @@ from inferd.model_store import ModelStore, StoreError
 from inferd.model_store.speech import SPEECH_CAPABILITIES
 from inferd.models.default_embedding import BUNDLED_EMBEDDING_NAMES, DEFAULT_EMBEDDING_NAME, resolve_with_bundled
 from inferd.models.encoder_loader import folder_kind
+from inferd.models.gguf import SUPPORTED_ARCHITECTURES
+from inferd.models.gguf_file import VOCABULARY_ARRAYS, GGUFError, GGUFFile
 from inferd.models.paths import resolve_model_path
 from inferd.serving.model_host import HostedModel
-from inferd.serving.served_models import CHAT
+from inferd.serving.served_models import CHAT, EMBED
 from inferd.serving.state import ServerState
 
 log = logging.getLogger("inferd.serve")
+
+GGUF_POOLING = {1: "mean", 3: "last"}  # llama.cpp's pooling types this serves (0 none, 2 cls, 4 rank: not)
 
 
 def read_roster(state: ServerState) -> list[HostedModel]:
@@ -36,7 +40,7 @@ def read_roster(state: ServerState) -> list[HostedModel]:
     encoders, encoder_names = _encoders_at_start(config)
     by_path: dict[Path, HostedModel] = {}
 
-    def add(names: list[str], source: str, path: Path, size: int, kind: str = CHAT) -> None:
+    def add(names: list[str], source: str, path: Path, size: int, kind: str = CHAT, pooling: str | None = None) -> None:
         taken = {n for m in by_path.values() for n in m.names} | set(state.served_names) | encoder_names
         names = [n for n in dict.fromkeys(names) if n not in taken]
         if not names or path in encoders:
@@ -46,7 +50,7 @@ def read_roster(state: ServerState) -> list[HostedModel]:
         elif path in by_path:
             by_path[path].aliases += tuple(names)
         else:
-            by_path[path] = HostedModel(names[0], source, size, aliases=tuple(names[1:]), kind=kind)
+            by_path[path] = HostedModel(names[0], source, size, aliases=tuple(names[1:]), kind=kind, pooling=pooling)
 
     for source in config.models[1:]:  # `--model X --alias A`: A is its id, X's own name answers too
         name, path = resolve_model_path(source, config.data_dir)
@@ -57,10 +61,13 @@ def read_roster(state: ServerState) -> list[HostedModel]:
     for manifest, path in stored:
         name = manifest.model_name
         kind = CHAT if {"chat", "completion"} & set(manifest.capabilities) else folder_kind(path)
-        if kind == CHAT and "embeddings" in manifest.capabilities:
-            log.debug("%s is a GGUF embedding model, which inferd does not serve; skipped", name.short)
-            continue
-        add([name.short, name.full], name.full, path.resolve(), manifest.size, kind)
+        pooling = None
+        if kind == CHAT and "embeddings" in manifest.capabilities:  # a GGUF embedding model
+            pooling = gguf_pooling(path)
+            if pooling is None:
+                continue
+            kind = EMBED
+        add([name.short, name.full], name.full, path.resolve(), manifest.size, kind, pooling)
     for manifest, path in stored:  # short names last: a model's own name wins over another's short one
         repo = manifest.model_name
         if repo.is_hub_repo and path.resolve() in by_path:
@@ -84,6 +91,24 @@ def check_aliases(state: ServerState, models: list[HostedModel]) -> None:
             if alias not in names or hidden:
                 raise ValueError(f"--alias {alias} (after --model {source}) is already the name of another model "
                                  "here; give it a name of its own")
+
+
+def gguf_pooling(path: Path) -> str | None:
+    """How a GGUF embedding model pools (its `<arch>.pooling_type`), when inferd can serve it: a decoder of an
+    architecture it loads, pooled mean or last (as --pooling pools a chat model); None, logged why, otherwise."""
+    try:
+        meta = GGUFFile(path, skip=VOCABULARY_ARRAYS).metadata
+    except (GGUFError, OSError) as error:
+        log.warning("%s cannot be read as a GGUF embedding model (%s); skipped", path, error)
+        return None
+    arch = meta.get("general.architecture")
+    pooling = GGUF_POOLING.get(meta.get(f"{arch}.pooling_type"))
+    if arch not in SUPPORTED_ARCHITECTURES or pooling is None:
+        log.info("%s is a GGUF embedding model of architecture %s pooled %s, which inferd does not serve "
+                 "(it serves decoders of %s pooled mean or last); skipped", path.name, arch,
+                 meta.get(f"{arch}.pooling_type"), ", ".join(sorted(SUPPORTED_ARCHITECTURES)))
+        return None
+    return pooling
 
 
 def store_stamp(data_dir: str | None) -> int | None:

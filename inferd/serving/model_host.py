@@ -29,7 +29,7 @@ from inferd.chat.reasoning import think_token_ids
 from inferd.chat.template import chat_template_for
 from inferd.config import ServeConfig
 from inferd.engine.async_engine import AsyncEngine
-from inferd.engine.embedding.build import pooled_encoder
+from inferd.engine.embedding.build import pooled_chat_model, pooled_encoder
 from inferd.engine.embedding.model import PooledModel
 from inferd.engine.engine import Engine
 from inferd.http.errors import HTTPStatusError, ServiceUnavailable
@@ -38,7 +38,7 @@ from inferd.models.loader import LoadedModel
 from inferd.serving.chat_defaults import template_defaults
 from inferd.serving.chat_features import attach_chat_features
 from inferd.serving.keep_alive import FOREVER, parse_keep_alive
-from inferd.serving.served_models import CHAT, ServedModel
+from inferd.serving.served_models import CHAT, EMBED, ServedModel
 
 log = logging.getLogger("inferd.models")
 
@@ -61,9 +61,11 @@ class ChatModel:
 
 @dataclass
 class EncoderModel:
-    """One loaded embedding or rerank model: what `served_models.pick` answers for it."""
-    loaded: LoadedEncoder
+    """One loaded embedding or rerank model: what `served_models.pick` answers for it. A decoder that
+    embeds (a GGUF embedding model) runs its forwards on an engine of its own."""
+    loaded: LoadedEncoder | LoadedModel
     served: ServedModel
+    engine: AsyncEngine | None = None
 
     @property
     def pooled(self) -> PooledModel:
@@ -77,6 +79,7 @@ class HostedModel:
     file_bytes: int  # the weights on disk: the size before it is loaded
     aliases: tuple[str, ...] = ()
     kind: str = CHAT  # chat, or served_models' embed or rerank: an encoder
+    pooling: str | None = None  # a decoder that embeds (a GGUF embedding model): its hidden states pooled so
     chat: ChatModel | None = None
     encoder: EncoderModel | None = None
     loading: asyncio.Future | None = None
@@ -264,7 +267,7 @@ class ModelHost:
 
     def _build(self, model: HostedModel) -> ChatModel | EncoderModel:
         if model.kind != CHAT:
-            return self._build_encoder(model)
+            return self._build_encoder(model) if model.pooling is None else self._build_pooled_decoder(model)
         loaded = self.loader(model.source)
         chat = ChatModel(self.config, model.names, loaded)
         chat.template = chat_template_for(loaded.tokenizer, self.config.chat_template)
@@ -277,6 +280,15 @@ class ModelHost:
         loaded = self.encoder_loader(model.source, model.name)
         pooled = pooled_encoder(loaded, self.config.embedding_batch_tokens, self.config.max_queue)
         return EncoderModel(loaded, ServedModel(model.name, frozenset({pooled.kind}), model.aliases, pooled))
+
+    def _build_pooled_decoder(self, model: HostedModel) -> EncoderModel:
+        """A decoder's embeddings, as `--model it --pooling MODE` serves them: its last hidden states pooled."""
+        loaded = self.loader(model.source)
+        engine = AsyncEngine(Engine(loaded, self.config))
+        pooled = pooled_chat_model(loaded, engine, model.pooling, self.config.embedding_batch_tokens,
+                                   self.config.max_queue)
+        pooled.name = model.name
+        return EncoderModel(loaded, ServedModel(model.name, frozenset({EMBED}), model.aliases, pooled), engine)
 
     def _measure(self, parts: ChatModel | EncoderModel) -> int:
         return _loaded_bytes(parts)
@@ -329,13 +341,17 @@ class ModelHost:
                 model.chat.engine.shutdown()
             else:
                 model.encoder.pooled.close()
+                if model.encoder.engine is not None:
+                    model.encoder.engine.shutdown()
             model.chat = model.encoder = None
 
 
 def _free(parts: ChatModel | EncoderModel) -> None:
     if isinstance(parts, EncoderModel):
         parts.pooled.close()  # fails what still waits (nothing: an idle model is unloaded) and ends its thread
-        parts.served.pooled = parts.loaded = None
+        if parts.engine is not None:
+            parts.engine.shutdown()
+        parts.served.pooled = parts.loaded = parts.engine = None
     else:
         parts.engine.shutdown()
         parts.engine = parts.loaded = None
@@ -345,8 +361,8 @@ def _free(parts: ChatModel | EncoderModel) -> None:
 def _loaded_bytes(parts: ChatModel | EncoderModel) -> int:
     net = parts.loaded.model
     weights = sum(t.numel() * t.element_size() for t in (*net.parameters(), *net.buffers()))
-    if isinstance(parts, EncoderModel):
-        return weights  # activations live only while a batch computes
+    if parts.engine is None:
+        return weights  # an encoder: activations live only while a batch computes
     kv = sum(k.numel() * k.element_size() + v.numel() * v.element_size()
              for k, v in parts.engine.engine.runner.kv_caches)
     return weights + kv

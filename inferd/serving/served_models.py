@@ -95,7 +95,8 @@ class ServedModels:
                                      headers={"Retry-After": "2"})
         if requested:
             leased = _LEASED.get()
-            model = leased if leased is not None and requested in leased.names else self.meant(requested)
+            mine = leased is not None and (requested in leased.names or requested.removesuffix(":latest") in leased.names)
+            model = leased if mine else self.meant(requested)  # Ollama's default tag found the leased model too
             if model is None:
                 listing = ", ".join([_listing(self.models), *(f"{n!r} ({', '.join(t)})" for n, t in self.on_demand())])
                 raise NotFound(f"model {requested!r} is not served here; this server serves {listing}",

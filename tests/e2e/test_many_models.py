@@ -15,6 +15,7 @@ import httpx
 import numpy
 import pytest
 from polling import wait_for
+from router_process import RouterProcess
 from server import TINY_CTX, ServerProcess
 from tiny_encoders import write_tiny_encoder
 from tiny_models import write_tiny_model
@@ -183,3 +184,18 @@ def test_ps_lists_the_embedding_models_loaded_at_start(embedding_server):
     minilm = running[1]
     assert (minilm.context_length, minilm.expires_at.year, minilm.details.family) == (256, 9999, "bert")
     assert minilm.size > 80_000_000  # its safetensors file, about 90 MB
+
+
+def test_the_router_routes_by_a_stored_models_short_names(many, tiny_server, server_logs):
+    """The short names are aliases on the model's card in /v1/models, which the router learns: round-robin
+    alone would send every other request to the tiny server, which has no such model (a 404 there)."""
+    cards = {c.id: c for c in many.openai().models.list().data}
+    assert cards["acme/Tiny-Embed"].aliases == ["Tiny-Embed", "tiny-embed"]
+    with RouterProcess(workers=[tiny_server.base_url, many.base_url], policy="round-robin",
+                       log_path=server_logs / "router-short-names.log") as router:
+        worker = {w["url"].rstrip("/"): w["id"] for w in router.fleet()}[many.base_url]
+        with router.openai() as client:
+            for name in ("tiny-embed", "Tiny-Embed", "tiny-embed:latest", "tiny-embed"):
+                raw = client.embeddings.with_raw_response.create(model=name, input="a cat")
+                assert (raw.headers["x-inferd-worker"], len(raw.parse().data[0].embedding)) == (worker, 32)
+

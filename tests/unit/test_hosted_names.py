@@ -2,7 +2,7 @@
 pairs name each further model; /v1/models lists every model's other names
 (aliases) and what it does (a stored cross-encoder reranks); Ollama's
 keep_alive 0 unloads the server's own chat model too, which then loads on
-demand like the others."""
+demand like the others; a stored GGUF embedding model embeds on demand."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import asyncio
 import json
 from contextlib import contextmanager
 
+import gguf
+import numpy
 import pytest
 
 from inferd.cli import build_parser
@@ -20,6 +22,7 @@ from inferd.model_store import ModelStore
 from inferd.model_store.importing import import_model
 from inferd.models.loader import load_model
 from inferd.server.hosted_models import build_host, close_host
+from gguf_models import hf_pieces, write_gguf
 from served import client, served, small_config
 from tiny_encoders import write_tiny_encoder
 from tiny_models import write_tiny_model
@@ -216,3 +219,46 @@ def test_the_own_model_pooled_for_embeddings_stays(tiny_model_dir, store_dir):
         [r] = calls(server.app, ("POST", "/api/generate", {"model": "tiny", "keep_alive": 0}))
         assert r.status_code == 400 and "--pooling" in r.json()["error"]
         assert ps(server.app) == ["tiny"]
+
+
+@pytest.fixture(scope="module")
+def gguf_embedders(tmp_path_factory):
+    """Two tiny Qwen3 GGUF embedding models in a store: one pooled last (served), one pooled cls (not)."""
+    cfg, _, _, state = hf_pieces("qwen3")
+    folder = tmp_path_factory.mktemp("gguf-embedders")
+    data = tmp_path_factory.mktemp("gguf-store")
+    store = ModelStore(data / "models")
+    for name, pooling in (("last", gguf.PoolingType.LAST), ("cls", gguf.PoolingType.CLS)):
+        write_gguf(folder / f"{name}.gguf", "qwen3", cfg, state, pooling=pooling)
+        import_model(store, folder / f"{name}.gguf", name=f"embed-{name}")
+    return folder, data
+
+
+def test_a_stored_gguf_embedding_model_embeds_on_demand_as_pooling_would(loaded, tiny_model_dir, gguf_embedders):
+    folder, data = gguf_embedders
+    ids = [[5, 10, 11, 12], [5, 20, 21]]  # token ids: the test file's vocabulary has no text
+    config = small_config(model=str(tiny_model_dir), models=[str(tiny_model_dir)], dtype="float32",
+                          data_dir=str(data))
+    with hosting(loaded, config) as server:
+        embedded, as_chat, unserved, listing, running = calls(
+            server.app, ("POST", "/v1/embeddings", {"model": "embed-last", "input": ids}), chat("embed-last"),
+            ("POST", "/v1/embeddings", {"model": "embed-cls", "input": ids}), ("GET", "/v1/models", None),
+            ("GET", "/api/ps", None))
+    assert embedded.status_code == 200, embedded.text
+    vectors = numpy.array([d["embedding"] for d in embedded.json()["data"]])
+    assert embedded.json()["model"] == "embed-last" and vectors.shape == (2, 64)
+    assert numpy.allclose(numpy.linalg.norm(vectors, axis=1), 1.0) and not numpy.allclose(vectors[0], vectors[1])
+    assert as_chat.status_code == 400 and "is an embedding model" in as_chat.json()["error"]["message"]
+    # Pooled cls, a decoder cannot be served (no [CLS] token): listed as stored, answered with what is served.
+    assert unserved.status_code == 404 and "'embed-last' (embed)" in unserved.json()["error"]["message"]
+    cards = {c["id"]: c for c in listing.json()["data"]}
+    assert (cards["embed-last"]["capabilities"], cards["embed-last"]["loaded"]) == (["embeddings"], True)
+    [entry] = [m for m in running.json()["models"] if m["name"] == "embed-last"]
+    assert entry["size"] > 0 and entry["details"]["format"] == "gguf"
+
+    # The same file as a server's own model with --pooling last gives the same vectors.
+    reference = small_config(model=str(folder / "last.gguf"), dtype="float32", pooling="last")
+    with served(load_model(str(folder / "last.gguf"), dtype="float32"), reference, model_name="last") as own:
+        [expected] = calls(own.app, ("POST", "/v1/embeddings", {"model": "last", "input": ids}))
+    assert numpy.allclose(vectors, [d["embedding"] for d in expected.json()["data"]], atol=1e-6)
+
