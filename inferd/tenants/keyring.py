@@ -8,6 +8,7 @@ secret nor how close a guess came."""
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import threading
 import time
@@ -80,10 +81,11 @@ class KeyRing:
         """Last-used times since the previous call, for the store; the records follow them."""
         with self._lock:
             taken, self._last_used = self._last_used, {}
+            # Every key used in the last second, each flush: one field replaced, not `changed` (limits rebuilt too).
             for name, t in taken.items():
                 key = self._by_name.get(name)
                 if key is not None:
-                    self._put(key.changed({"last_used_at": t}))
+                    self._put(dataclasses.replace(key, last_used_at=t))
         return taken
 
     # -- management ----------------------------------------------------------
