@@ -97,10 +97,10 @@ class Fleet:
     def has_loaded(self, worker: Worker, model: str) -> bool:
         """It holds `model` in memory now: a request there starts without a load."""
         wanted = {model, model.removesuffix(OLLAMA_DEFAULT_TAG)}
-        if worker.model in wanted:
-            return True
-        return any(({card.get("id"), *_aliases(card)} & wanted) and card.get("loaded", True) is not False
-                   for card in self.model_cards.get(worker.id, ()))
+        cards = [card for card in self.model_cards.get(worker.id, ()) if {card.get("id"), *_aliases(card)} & wanted]
+        if cards:  # what it said last: even its own model may have been unloaded (Ollama's keep_alive 0)
+            return any(card.get("loaded", True) is not False for card in cards)
+        return worker.model in wanted
 
     def serves(self, worker: Worker, model: str) -> bool:
         names = self.answers_to(worker)

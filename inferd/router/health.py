@@ -8,8 +8,9 @@ takes traffic and feeds its circuit breaker.
     other 5xx, connect, timeout  breaker failure
 
 A worker's models come from its `/v1/models` at every healthy check: the
-ones it serves or has stored, and which of them it has loaded now (an inferd
-worker loads models on demand and unloads idle ones).
+ones it serves or has stored, the other names each answers to (a card's
+`aliases`), and which of them it has loaded now (an inferd worker loads
+models on demand and unloads idle ones, its own too on a keep_alive 0).
 """
 
 from __future__ import annotations

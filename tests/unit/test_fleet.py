@@ -140,3 +140,13 @@ def test_a_models_aliases_route_to_its_workers_preferring_one_where_it_is_loaded
     fleet.model_cards["b"][1]["loaded"] = False
     assert ids(fleet.candidates("all-minilm")) == ["a", "b"]  # c never has it
     assert sorted(fleet.served_models()) == ["acme/All-MiniLM", "m1", "m2", "m3", "x"]  # ids are listed, not aliases
+
+
+def test_a_workers_own_model_it_says_it_unloaded_is_not_loaded_there():
+    fleet, _ = fleet_of(record("a", "m"), record("b", "m"))
+    fleet.model_cards["a"] = [{"id": "m", "loaded": False}]  # a keep_alive 0 unloaded it there
+    fleet.model_cards["b"] = [{"id": "m", "loaded": True}]
+    assert ids(fleet.candidates("m")) == ["b"]
+    fleet.model_cards["b"] = []  # says nothing of it: its record's model is loaded, as before
+    assert ids(fleet.candidates("m")) == ["b"]
+
