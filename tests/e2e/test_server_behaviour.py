@@ -238,7 +238,8 @@ def test_port_zero_serves_on_the_port_the_log_names(tiny_server, http):
     served = [card for card in models.json()["data"] if card["loaded"]]  # stored models follow, not loaded
     assert served == [
         {"id": name, "object": "model", "created": served[0]["created"], "owned_by": "inferd",
-         "max_model_len": TINY_CTX, "loaded": True, "capabilities": served[0]["capabilities"]}
+         "max_model_len": TINY_CTX, "loaded": True, "capabilities": served[0]["capabilities"],
+         "aliases": [Path(tiny_server.model).name]}  # its own name answers too
         for name in (ALIAS,)  # --alias renames the served model
     ]
     assert served[0]["capabilities"][:2] == ["completion", "chat"]
