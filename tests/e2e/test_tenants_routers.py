@@ -3,7 +3,8 @@ replica works on the other (etcd holds its hash, never a secret); both
 enforce one rpm together (of requests spread over both, the limit's worth are
 admitted, within one); usage the worker reports reaches the ledger, for a
 stream that reports none too (the worker's count, asked for), and for a
-stream its client left (the worker's card); request
+stream its client left (the worker's card, the one its answer named, even
+when another key's running request shares its trace id); request
 cards, and a cancel, work through a replica; a rotation on one replica kills
 the old secret on both, and a removal reaches both."""
 
@@ -109,6 +110,39 @@ def test_two_replicas_share_keys_limits_and_cards(tiny_server, etcd_server, redi
             return totals["prompt_tokens"], totals["completion_tokens"]
 
         assert wait_for(lambda: leaver_ledger() == counted, timeout=10), (leaver_ledger(), counted)
+
+        # A client leaving a stream whose trace id another key's running request shares is charged its own
+        # card's count (the card the worker's answer named), not the other's.
+        sharer = http.post(f"{a.base_url}/api/keys", json={"name": "sharer"}, headers=admin).json()["secret"]
+        reuser = http.post(f"{a.base_url}/api/keys", json={"name": "reuser"}, headers=admin).json()["secret"]
+        shared = {"x-request-id": "shared-trace"}
+        with http.stream("POST", f"{a.base_url}/v1/chat/completions", json=left,
+                         headers={"Authorization": f"Bearer {sharer}", **shared}) as running:
+            assert running.status_code == 200
+            next(running.iter_text())  # the sharer's request runs on, older and in flight
+            with http.stream("POST", f"{a.base_url}/v1/chat/completions", json=left,
+                             headers={"Authorization": f"Bearer {reuser}", **shared}) as r:
+                own_card = r.headers["x-inferd-request-card"]
+                next(r.iter_text())
+
+            def own_ended():
+                card = http.get(f"{a.base_url}/v1/requests/{own_card}", headers=admin).json()
+                return card.get("state") not in (None, "queued", "running") and card
+
+            card = wait_for(own_ended, timeout=10)
+            counted = (card["usage"]["prompt_tokens"], card["usage"]["completion_tokens"])
+            assert card["key"] == "reuser" and card["trace_id"] == "shared-trace"
+
+            def reuser_ledger() -> tuple:
+                totals = http.get(f"{a.base_url}/api/usage", params={"key": "reuser"}, headers=admin).json()["totals"]
+                return totals["prompt_tokens"], totals["completion_tokens"]
+
+            assert wait_for(lambda: reuser_ledger() == counted, timeout=10), (reuser_ledger(), counted)
+            mine = http.get(f"{a.base_url}/v1/requests/shared-trace", headers={"Authorization": f"Bearer {reuser}"})
+            assert mine.json()["id"] == own_card  # by trace id, a key finds its own, not the sharer's
+            theirs = http.get(f"{a.base_url}/v1/requests/shared-trace", headers={"Authorization": f"Bearer {sharer}"})
+            assert theirs.status_code == 200 and theirs.json()["key"] == "sharer"
+            assert theirs.json()["id"] == running.headers["x-inferd-request-card"] != own_card
 
         # Request cards through a replica: its own requests, under its key; a cancel reaches the worker.
         trace = "through-router-a"
