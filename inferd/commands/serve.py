@@ -1,7 +1,9 @@
 """`inferd serve`: load the model behind a listening HTTP server.
 
-The socket opens first (health answers 503 "loading"), weights load on a
-thread, then the engine starts; with --register the worker then enters etcd.
+The socket opens first (health answers 503 "loading" once the app serves),
+weights load on a thread, then the engine starts; with --register the worker
+then enters etcd. On TCP the socket is bound before the app is built, so the
+weights load while it is (their packing for oneDNN holds no GIL).
 SIGTERM: leave etcd first (routers stop sending), then stop accepting, let
 in-flight requests finish within --shutdown-timeout, end the rest with their
 dialect's error (503 "shutting down"), exit 0.
@@ -13,6 +15,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import threading
 from types import SimpleNamespace
 
@@ -32,7 +35,8 @@ from inferd.models.loader import load_model
 from inferd.models.paths import ModelNotFoundError
 from inferd.server.app import build_app
 from inferd.models.default_embedding import resolve_with_bundled
-from inferd.server.assemble import attach_jobs, attach_model, new_state, start_jobs
+from inferd.jobs.plane import JobPlane
+from inferd.server.assemble import attach_model, new_state, start_jobs
 from inferd.server.hosted_models import build_host, close_host, preload
 from inferd.server.pooled_models import check_embedding_options, load_encoder_model
 from inferd.serving.state import ServerState
@@ -90,8 +94,9 @@ def open_responses_store(config: ServeConfig) -> ResponseStore:
         raise SystemExit(f"inferd: {error}") from None
 
 
-def load_engine(state: ServerState, on_ready=None) -> None:
-    """`on_ready()` is called (on this thread) once the engine serves."""
+def load_engine(state: ServerState, on_ready=None, on_failure=None) -> None:
+    """`on_ready()` is called (on this thread) once the engine serves;
+    `on_failure()` after a failed load (default: SIGTERM, which stops the server)."""
     config = state.config
     try:
         if config.threads:
@@ -107,7 +112,10 @@ def load_engine(state: ServerState, on_ready=None) -> None:
     except Exception:
         log.exception("the model failed to load; stopping")
         state.load_failed = True
-        os.kill(os.getpid(), signal.SIGTERM)
+        if on_failure is not None:
+            on_failure()
+        else:
+            os.kill(os.getpid(), signal.SIGTERM)
         return
     if state.engine is None:  # an encoder alone: logged as it loaded
         if on_ready is not None:
@@ -163,19 +171,32 @@ def run_serve(config: ServeConfig) -> int:
         raise SystemExit(f"inferd: {error}") from None
     state.responses_store = open_responses_store(config)
     state.responses_store.purge_expired()
+    try:  # before the socket opens and any weights load, as every other store
+        jobs = JobPlane.in_dir(config.data_dir or default_data_dir(), config.max_file_size)
+    except JobStoreError as error:
+        raise SystemExit(f"inferd: {error}") from None
     try:
         hosts = hosts_of(config.host)
         sockets = bind_all(hosts, config.port) if len(hosts) > 1 else None
     except (ValueError, OSError) as error:
         raise SystemExit(f"inferd: {error}") from None
+    unix = config.host.endswith(".sock")
+    if sockets is None and not unix:
+        try:
+            sockets = [bind_like_uvicorn(config.host, config.port)]
+        except OSError as error:
+            log.error("could not listen on %s:%s (%s): stop what is using it, or pick another --host/--port",
+                      config.host, config.port, os.strerror(error.errno).lower() if error.errno else error)
+            return 1
     if not state.tenants.enabled and not all(is_loopback(h) for h in hosts):
         log.warning("listening on %s without an API key: anyone who can reach it can use it (set --api-key)", config.host)
+    after_load = _AfterLoad()
+    loading = threading.Thread(target=load_engine, args=(state, after_load.ready, after_load.failed),
+                               name="inferd-load", daemon=True)
+    if not unix:  # the socket is bound: the weights load while the app is built and starts
+        loading.start()
     app = build_app(state)
-    try:
-        jobs = attach_jobs(app, state, config.data_dir or default_data_dir())
-    except JobStoreError as error:
-        raise SystemExit(f"inferd: {error}") from None
-    unix = config.host.endswith(".sock")
+    app.state.jobs = jobs  # where start_jobs and the job routes find it (assemble.attach_jobs, opened earlier)
     server = _Server(state, uvicorn.Config(
         app,
         host=None if unix else config.host,
@@ -211,7 +232,9 @@ def run_serve(config: ServeConfig) -> int:
             def on_ready():  # a router must never see a worker that is still loading
                 loop.call_soon_threadsafe(reg.start)
 
-        threading.Thread(target=load_engine, args=(state, on_ready), name="inferd-load", daemon=True).start()
+        if unix:  # the socket is uvicorn's: the load starts once it listens
+            loading.start()
+        after_load.listening(on_ready)
         preloading = asyncio.ensure_future(preload(state))
         start_jobs(app, state)  # unfinished jobs resume; items wait (retried) while the model loads
         await serving
@@ -230,6 +253,55 @@ def run_serve(config: ServeConfig) -> int:
 
     asyncio.run(main())
     return 1 if state.load_failed or not server.started else 0
+
+
+def bind_like_uvicorn(host: str, port: int) -> socket.socket:
+    """The socket uvicorn would bind for one TCP address (it listens once serving)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+class _AfterLoad:
+    """What follows the model's load, done once the server also listens (the
+    load may end first): on success `on_ready` (entering etcd), on failure a
+    SIGTERM, which stops the server as any stop does. Before uvicorn's handler
+    is installed a SIGTERM would kill the process outright."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._outcome: str | None = None  # "ready" or "failed", once the load ends
+        self._listening = False
+        self._on_ready = None
+
+    def ready(self) -> None:  # the load thread
+        self._ended("ready")
+
+    def failed(self) -> None:  # the load thread
+        self._ended("failed")
+
+    def listening(self, on_ready=None) -> None:  # the event loop, once the server listens
+        with self._lock:
+            self._listening, self._on_ready, outcome = True, on_ready, self._outcome
+        self._act(outcome)
+
+    def _ended(self, outcome: str) -> None:
+        with self._lock:
+            self._outcome, listening = outcome, self._listening
+        if listening:
+            self._act(outcome)
+
+    def _act(self, outcome: str | None) -> None:
+        if outcome == "failed":
+            os.kill(os.getpid(), signal.SIGTERM)
+        elif outcome == "ready" and self._on_ready is not None:
+            self._on_ready()
 
 
 async def serve_or_report(server: uvicorn.Server, config, sockets=None) -> None:
