@@ -16,8 +16,6 @@ import sys
 import time
 from datetime import datetime, timezone
 
-import httpx
-
 from inferd.tenants.keyring import KeyNotFound, KeyRing, LastAdminKey
 from inferd.tenants.keys import InvalidField, changes_from, check_name
 from inferd.tenants.store import DuplicateKey, KeyStore, TenantStoreError
@@ -81,6 +79,7 @@ def _add_body(args) -> dict:
 
 
 def _online(args) -> dict:
+    import httpx  # here: importing it (and rich, which it pulls in) would cost every inferd command
     url = args.url.rstrip("/")
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     action = args.keys_action

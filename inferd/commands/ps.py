@@ -11,7 +11,6 @@ import os
 import sys
 from datetime import datetime, timezone
 
-import httpx
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -81,6 +80,7 @@ def _until(expires_at: str | None, now: datetime) -> str:
 
 
 def _call(args, method: str, path: str, body: dict | None = None) -> dict:
+    import httpx  # here: importing it (and rich, which it pulls in) would cost every inferd command
     url = args.url.rstrip("/")
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     try:
