@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from starlette.middleware.cors import CORSMiddleware
 
 EXPOSED = (
-    "x-request-id", "retry-after",
+    "x-request-id", "x-inferd-request-card", "retry-after",
     "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests",
     "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens",
 )

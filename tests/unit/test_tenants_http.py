@@ -294,7 +294,8 @@ def test_cors_preflight_is_answered_before_auth_and_exposes_the_limit_headers(se
         assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == "https://app.example"
         assert "authorization" in pre.headers["access-control-allow-headers"].lower()
         assert actual.headers["access-control-allow-origin"] == "https://app.example"
-        assert "x-ratelimit-remaining-tokens" in actual.headers["access-control-expose-headers"]
+        exposed = actual.headers["access-control-expose-headers"]
+        assert "x-ratelimit-remaining-tokens" in exposed and "x-inferd-request-card" in exposed
         assert stranger.status_code == 400
 
     run(go())
