@@ -60,6 +60,8 @@ TASKS = {
                   f"from the text.\nAnswer: The text says: \"Its first keeper,",
     # Not grounded in its input: here the acceptance guard should keep speculation from costing anything.
     "free story": "Write a short story about a fox who learns to sail.\n\nStory: The fox had never seen the sea",
+    # Each number new: a one-token match (", ") always proposes a draft, and it rarely holds.
+    "primes": "The prime numbers below 1000, in order: 2, 3, 5, 7, 11,",
 }
 
 

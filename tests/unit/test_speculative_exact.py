@@ -1,5 +1,5 @@
 """Speculative verification computes each row exactly as a lone decode step
-does: on a GGUF model's own blocks (bf16, the kernels' int8 activations),
+does: on a GGUF model's own blocks (bf16 or float32, the kernels' int8 activations),
 every logit of every verified row is bit for bit the logit plain decoding
 computes at that position, and so the greedy output is the same."""
 
@@ -25,15 +25,16 @@ QTYPES = {"q_proj": Q.Q4_0, "k_proj": Q.Q5_0, "v_proj": Q.Q8_0, "o_proj": Q.Q8_0
           "up_proj": Q.Q8_0, "down_proj": Q.Q4_0, "embed_tokens": Q.Q8_0, "lm_head": Q.Q8_0}
 
 
-@pytest.fixture(scope="module", params=["gemma3", "llama"])
+@pytest.fixture(scope="module", params=[("gemma3", "bfloat16"), ("llama", "bfloat16"), ("gemma3", "float32")],
+                ids=["gemma3", "llama", "gemma3-float32"])
 def gguf_model(request, tmp_path_factory):
-    arch = request.param
+    arch, dtype = request.param
     cfg, _, _, state = hf_pieces(arch)
     state = {name: tensor / 16 for name, tensor in state.items()}
     qtypes = {name: qtype for name in state for part, qtype in QTYPES.items() if f"{part}." in name}
     path = tmp_path_factory.mktemp("gguf") / f"{arch}.gguf"
     write_gguf(path, arch, cfg, state, qtypes)
-    return load_model(str(path), dtype="bfloat16", data_dir=str(tmp_path_factory.mktemp("data")))
+    return load_model(str(path), dtype=dtype, data_dir=str(tmp_path_factory.mktemp("data")))
 
 
 def engine_for(loaded, speculative: str) -> Engine:
@@ -152,7 +153,7 @@ def bundled():
 def test_the_bundled_model_verifies_bit_for_bit(bundled, text):
     assert computes_lone_rows_exactly(bundled.model)
     prompt = bundled.tokenizer.encode(text)
-    params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
     plain_output, plain = logits_by_position(engine_for(bundled, "off"), prompt, params)
     output, verified = logits_by_position(engine_for(bundled, "auto"), prompt, params)
     assert output == plain_output
