@@ -27,6 +27,14 @@ class EncoderForward:
         # Sorted by length, equal lengths lie together and attend as one block.
         order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]))
         items = [inputs[i] for i in order]
+        first = split_point([len(item) for item in items])
+        results = self._forward(items[:first]) + (self._forward(items[first:]) if first < len(items) else [])
+        unsorted: list[PooledOutput] = [0.0] * len(inputs)
+        for position, index in enumerate(order):
+            unsorted[index] = results[position]
+        return unsorted
+
+    def _forward(self, items: Sequence[PooledInput]) -> list[PooledOutput]:
         lengths = [len(item) for item in items]
         pad = padded_rows(sum(lengths)) - sum(lengths)
         ids = torch.tensor([t for item in items for t in item.ids] + [0] * pad, dtype=torch.int64, device=self.device)
@@ -36,13 +44,8 @@ class EncoderForward:
         hidden = self.model(ids, positions, torch.tensor(types, dtype=torch.int64, device=self.device), batch)
         hidden = hidden[: sum(lengths)]
         if self.scores:
-            results = relevance(self.model.classify(hidden, batch))
-        else:
-            results = _outputs(hidden, lengths, self.mode, self.normalize)
-        unsorted: list[PooledOutput] = [0.0] * len(inputs)
-        for position, index in enumerate(order):
-            unsorted[index] = results[position]
-        return unsorted
+            return relevance(self.model.classify(hidden, batch))
+        return _outputs(hidden, lengths, self.mode, self.normalize)
 
 
 class DecoderForward:
@@ -87,10 +90,36 @@ class DecoderForward:
 
 def padded_rows(rows: int) -> int:
     """The rows a batch of `rows` tokens is computed as: a few sizes recur, so
-    the matmuls' compiled kernels (oneDNN primitives, ~2 ms each to make for a
-    new shape) are reused; the extra rows belong to no sequence."""
-    step = 16 if rows <= 256 else 64 if rows <= 1024 else 256
+    the matmuls' compiled kernels (oneDNN primitives, ~2 ms and ~0.6 MB each
+    for a new shape) are reused; the extra rows belong to no sequence."""
+    step = _row_step(rows)
     return -(-rows // step) * step
+
+
+def _row_step(rows: int) -> int:
+    return 16 if rows <= 256 else 64 if rows <= 1024 else 256
+
+
+# A batch is split in two where that saves at least this many padding rows
+# (each costs a row of every matmul; a second forward costs about a dozen rows).
+MIN_ROWS_SAVED = 32
+
+
+def split_point(lengths: Sequence[int]) -> int:
+    """How many of a batch's sequences (sorted by length) run in a first
+    forward: all of them, or where padding the whole batch to a recurring size
+    would waste MIN_ROWS_SAVED rows or more, those that fill the recurring size
+    just below it, the rest running as a small second forward (e.g. 3,664 rows:
+    3,584 + 80 instead of 3,840, 4.5% less work). Each sequence's result is the
+    same either way: only attention mixes rows, and only within a sequence."""
+    total = sum(lengths)
+    below = total // _row_step(total) * _row_step(total)
+    taken = rows = 0
+    while taken < len(lengths) and rows + lengths[taken] <= below:
+        rows += lengths[taken]
+        taken += 1
+    saved = padded_rows(total) - padded_rows(rows) - padded_rows(total - rows)
+    return taken if 0 < taken < len(lengths) and saved >= MIN_ROWS_SAVED else len(lengths)
 
 
 def relevance(logits: torch.Tensor) -> list[float]:
