@@ -31,16 +31,21 @@ def _on_demand(state: ServerState, listed: set[str], stored: list[ModelCard]) ->
     if host is None:
         return []
     loaded = {n for m in host.loaded() for n in m.names}
+    ids = {card.id for card in stored}
     for card in stored:
         card.loaded = card.id in loaded
         hosted = host.find(card.id)
-        if hosted is not None:
-            card.aliases = _other_names(card.id, hosted.names)
-            if hosted.kind != "chat":  # what the server makes of it: a cross-encoder stored as "embeddings" reranks
-                card.capabilities = list(_TASKS[hosted.kind])
+        if hosted is None:
+            continue
+        if hosted.name not in ids:  # `--model NAME --alias A`: A is its id, as answers name it
+            card.id = hosted.name
+            ids.add(hosted.name)
+        card.aliases = _other_names(card.id, hosted.names)
+        if hosted.kind != "chat":  # what the server makes of it: a cross-encoder stored as "embeddings" reranks
+            card.capabilities = list(_TASKS[hosted.kind])
     return [ModelCard(id=m.name, created=int(state.started), owned_by="inferd", loaded=m.name in loaded,
                       capabilities=list(_TASKS[m.kind]), aliases=_other_names(m.name, m.names))
-            for m in host.models if m.name not in listed]
+            for m in host.models if m.name not in listed | ids]
 
 
 def _served_names(state: ServerState, name: str) -> list[str]:
@@ -53,7 +58,9 @@ def _served_names(state: ServerState, name: str) -> list[str]:
 
 def _other_names(name: str, names) -> list[str] | None:
     """The names besides `name` that a request may give for the model (none: null)."""
-    others = [n for n in dict.fromkeys(names) if n not in (name, f"{name}:latest")]
+    every = {name, *names}
+    # "x:latest" is x (Ollama's default tag), which any client may send: not another name.
+    others = [n for n in dict.fromkeys(names) if n != name and n.removesuffix(":latest") not in every - {n}]
     return others or None
 
 
