@@ -1,6 +1,7 @@
 """One `inferd serve` with the bundled Gemma 3 270M as its own model and two
-tiny Llamas only in its store, loaded on demand under a --memory-budget that
-holds one of them (--max-loaded-models 0: the budget alone decides), driven
+tiny Llamas only in its store (one also named with `--model tiny-c --alias
+cee`), loaded on demand under a --memory-budget that holds one of them
+(--max-loaded-models 0: the budget alone decides), driven
 by the OpenAI SDK: every request to each of the three gets that model's own
 output, the two stored models evict each other (counted in /metrics), and a
 model with a request in flight is not evicted under it."""
@@ -34,7 +35,8 @@ def budget_server(server_logs, tmp_path_factory):
     budget = int(max(sizes) * 1.2)
     server = ServerProcess(None, port=0, parallel=2, ctx_size=512, metrics=True, log_path=server_logs / "budget.log",
                            extra_args=["--data-dir", str(data), "--memory-budget", str(budget),
-                                       "--max-loaded-models", "0"])
+                                       "--max-loaded-models", "0", "--model", "gemma-3-270m", "--model", "tiny-c",
+                                       "--alias", "cee"])
     server.start()
     yield server
     server.stop()
@@ -69,6 +71,10 @@ def test_the_bundled_model_and_two_stored_ones_each_answer_with_their_own_output
     with ThreadPoolExecutor(3) as pool:
         together = list(pool.map(lambda name: answer(client, name), order))
     assert together == [alone[name] for name in order]
+    # `--model tiny-c --alias cee`: the alias is the model's id; its stored name still answers.
+    assert answer(client, "cee") == ("cee", alone["tiny-c"][1])
+    card = client.models.retrieve("tiny-c")
+    assert (card.id, card.aliases) == ("cee", ["tiny-c"])
 
 
 def test_under_a_budget_for_one_the_stored_models_alternate_each_evicting_the_other(budget_server, client):
