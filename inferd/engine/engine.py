@@ -86,9 +86,9 @@ class Engine:
         )
         self.runner = ModelRunner(loaded.model, self.pool.num_blocks, config.block_size, loaded.dtype, loaded.device)
         self.sampler = Sampler()
+        exact = computes_lone_rows_exactly(loaded.model)
         self.speculator = Speculator(config.speculative, config.spec_tokens, config.spec_max_batch, max_len,
-                                     exact=computes_lone_rows_exactly(loaded.model),
-                                     drafter=self._draft_model(loaded, config, max_len))
+                                     exact=exact, drafter=self._draft_model(loaded, config, max_len, exact))
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids) | frozenset(loaded.config.eos_token_ids)
         self.think_ids = think_ids
         self.requests: dict[str, Request] = {}
@@ -97,11 +97,16 @@ class Engine:
         self._counters = {"prompt": 0, "computed": 0, "generated": 0, "steps": 0}
 
     @staticmethod
-    def _draft_model(loaded: LoadedModel, config: EngineConfig, max_len: int) -> DraftModel | None:
+    def _draft_model(loaded: LoadedModel, config: EngineConfig, max_len: int, exact: bool) -> DraftModel | None:
         if not config.draft_model:
             return None
         if config.speculative == "off":
             raise ValueError("--draft-model drafts for speculative decoding: use it with --speculative ngram or auto")
+        if config.speculative == "auto" and not exact:
+            log.warning("--draft-model %s is not loaded: --speculative auto speculates only where verification is "
+                        "exact (a GGUF model on its own blocks, on CPU); --speculative ngram verifies anyway",
+                        config.draft_model)
+            return None
         draft = load_model(config.draft_model, dtype=str(loaded.dtype).removeprefix("torch."),
                            device=str(loaded.device), weights=config.weights, data_dir=config.data_dir)
         return DraftModel(draft, loaded, config.parallel, max_len, config.block_size)

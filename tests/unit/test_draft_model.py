@@ -74,3 +74,9 @@ def test_a_draft_model_with_another_tokenizer_is_refused(target, tmp_path):
         engine_for(target, str(tmp_path / "other.gguf"))
     with pytest.raises(ValueError, match="--draft-model drafts for speculative decoding"):
         engine_for(target, str(tmp_path / "other.gguf"), speculative="off")
+
+
+def test_auto_loads_no_draft_model_where_verification_is_not_exact(target, tiny_llama_dir, caplog):
+    engine = engine_for(target, str(tiny_llama_dir), speculative="auto")  # a float32 model of dense layers
+    assert engine.speculator.drafter is None and not engine.speculator.enabled
+    assert "--speculative auto speculates only where verification is exact" in caplog.text
