@@ -2,8 +2,8 @@
 interactive request's time to first token with and without a batch running.
 
     python benchmarks/jobs.py [--parallel 4] [--threads 2] [--requests 48] [--input-len 64] [--output-len 32]
-                              [--rounds 2] [--ttft-batch 200] [--ttft-samples 8] [--ttft-rounds 2]
-                              [--batch-concurrency N]
+                              [--rounds 2] [--warmup-rounds 1] [--ttft-batch 200] [--ttft-samples 8]
+                              [--ttft-rounds 2] [--batch-concurrency N]
 
 One `inferd serve` of the bundled model (fresh data dir) serves both sides:
 - throughput: `inferd bench --dataset random --max-concurrency C`
@@ -12,7 +12,9 @@ One `inferd serve` of the bundled model (fresh data dir) serves both sides:
   neither gains from the other's prefix cache), C the batch's concurrency
   (the default --batch-concurrency, PARALLEL), timed from
   POST /v1/batches to status completed; bench and batch alternate, ROUNDS
-  times each;
+  times each, after WARMUP_ROUNDS of both that are not counted (a fresh
+  server's first prompts of each length build their kernels, which costs
+  more than the round itself); the ratio is the median of the rounds' own;
 - interactive TTFT: a streamed chat request (16-token prompt, 8 tokens out)
   sent one at a time, idle and while a TTFT_BATCH-item batch runs (every
   batch slot busy; the batch is cancelled afterwards), in TTFT_ROUNDS
@@ -173,6 +175,7 @@ def main() -> None:
     p.add_argument("--input-len", type=int, default=64)
     p.add_argument("--output-len", type=int, default=32)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--warmup-rounds", type=int, default=1, help="rounds of both run first and not counted")
     p.add_argument("--ttft-batch", type=int, default=200)
     p.add_argument("--ttft-samples", type=int, default=8)
     p.add_argument("--ttft-rounds", type=int, default=2)
@@ -183,12 +186,16 @@ def main() -> None:
         try:
             with httpx.Client(base_url=url, timeout=600) as http:
                 ttft(http, "warm up")
+                for round_ in range(args.warmup_rounds if args.rounds else 0):
+                    warm = bench(url, args, seed=1000 + 2 * round_), run_batch(http, args, seed=1001 + 2 * round_)
+                    print(f"warm-up round {round_ + 1} (not counted): bench {warm[0]:.2f} req/s, "
+                          f"batch {warm[1]:.2f} items/s", flush=True)
                 bench_rates, batch_rates = [], []
                 for round_ in range(args.rounds):
                     bench_rates.append(bench(url, args, seed=2 * round_ + 1))
                     batch_rates.append(run_batch(http, args, seed=2 * round_ + 2))
-                    print(f"round {round_ + 1}: bench {bench_rates[-1]:.2f} req/s, batch {batch_rates[-1]:.2f} items/s",
-                          flush=True)
+                    print(f"round {round_ + 1}: bench {bench_rates[-1]:.2f} req/s, batch {batch_rates[-1]:.2f} items/s "
+                          f"({batch_rates[-1] / bench_rates[-1]:.0%}), load {os.getloadavg()[0]:.1f}", flush=True)
                 rng = random.Random(7)
                 idle, busy, done = [], [], 0
                 for round_ in range(args.ttft_rounds):
@@ -197,16 +204,17 @@ def main() -> None:
                     busy += samples
                     done += items
                     print(f"TTFT round {round_ + 1}: idle {describe(idle[-args.ttft_samples:])}, "
-                          f"busy {describe(samples)}", flush=True)
+                          f"busy {describe(samples)}, load {os.getloadavg()[0]:.1f}", flush=True)
                 preemptions = gauge(http, "inferd_preemptions_total")
         finally:
             proc.terminate()
             proc.wait(60)
     if bench_rates:  # --rounds 0 measures only the interactive TTFT
         bench_rate, batch_rate = statistics.median(bench_rates), statistics.median(batch_rates)
+        ratio = statistics.median(b / a for a, b in zip(bench_rates, batch_rates))
         print(f"throughput, {args.requests} requests of {args.input_len} in / {args.output_len} out, concurrency "
               f"{batch_concurrency(args)} (--parallel {args.parallel}): bench {bench_rate:.2f} req/s, "
-              f"batch {batch_rate:.2f} items/s ({batch_rate / bench_rate:.0%} of bench)")
+              f"batch {batch_rate:.2f} items/s (medians); batch/bench per round: median {ratio:.0%}")
     print(f"interactive TTFT idle: {describe(idle)}")
     print(f"interactive TTFT with a {args.ttft_batch}-item batch running ({done} items done while sampling, "
           f"{preemptions:.0f} preemptions): {describe(busy)} ({statistics.median(busy) / statistics.median(idle):.2f}x idle)")
