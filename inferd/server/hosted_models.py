@@ -17,6 +17,7 @@ from inferd.models.encoder_loader import encoder_dtype, load_encoder
 from inferd.models.loader import load_model, resolve_device
 from inferd.models.paths import resolve_model_path
 from inferd.server.model_roster import check_aliases, read_roster, store_stamp
+from inferd.server.own_model import follow_own_keep_alive
 from inferd.serving.model_host import ModelHost, available_memory
 from inferd.serving.served_models import CHAT
 from inferd.serving.state import ServerState
@@ -61,6 +62,7 @@ def build_host(state: ServerState) -> ModelHost:
                          name, resolve_model_path(source, config.data_dir)[1],
                          encoder_dtype(config.embedding_dtype, device), device))
     host.follow(lambda: store_stamp(config.data_dir), lambda: read_roster(state))
+    follow_own_keep_alive(state, host)
     state.served.on_demand = lambda: [(m.name, [m.kind]) for m in host.models if m.kind != CHAT]
     if state.metrics is not None:
         state.metrics.registry.register(HostCollector(host))

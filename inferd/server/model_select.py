@@ -150,6 +150,7 @@ class ModelSelect:
             nonlocal released
             released = True
             host.own_requests -= 1
+            host.own_request_ended(keep_alive)
             if host.own_unload_wanted and host.own_requests == 0:
                 await unload_own_when_idle(state, host)
 

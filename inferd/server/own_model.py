@@ -1,8 +1,10 @@
 """The server's own chat model (its first --model, loaded at start) under
-Ollama's `keep_alive: 0`: unloaded once no request runs on it, as any model
-loaded on demand is. From then on the model host holds it (`ModelHost.adopt_own`):
-a request that means it (by a name of its, with no name, or as the one model
-served) loads it again, on demand, and it stays loaded until the next keep_alive 0.
+Ollama's `keep_alive`: it stays unless a request says otherwise; `0` unloads
+it once no request runs on it, a duration once it has been idle that long,
+as any model loaded on demand. From then on the model host holds it
+(`ModelHost.adopt_own`): a request that means it (by a name of its, with no
+name, or as the one model served) loads it again, on demand, and it stays
+loaded until a request's keep_alive says otherwise.
 
 A chat model also pooled for embeddings (--pooling) stays: the embeddings
 routes use it outside any request's choice."""
@@ -37,7 +39,7 @@ def check_unloadable(state: ServerState) -> None:
                          "for the server's life", param="keep_alive")
 
 
-async def unload_own_when_idle(state: ServerState, host: ModelHost) -> bool:
+async def unload_own_when_idle(state: ServerState, host: ModelHost, reason: str = "requested") -> bool:
     """Unload the server's own model now when nothing runs on it, else once the last request on it ends;
     True when it was unloaded now."""
     engine = state.engine
@@ -52,8 +54,16 @@ async def unload_own_when_idle(state: ServerState, host: ModelHost) -> bool:
                         aliases=tuple(state.served_names[1:]), kind=CHAT)
     for name in PARTS:  # from here on, requests for it go to the host, which loads it again
         setattr(state, name, None)
-    await host.adopt_own(model, parts)
+    await host.adopt_own(model, parts, reason)
     return True
+
+
+def follow_own_keep_alive(state: ServerState, host: ModelHost) -> None:
+    """A request's keep_alive past which the server's own model is idle unloads it (the host's sweep)."""
+    async def expired():
+        await unload_own_when_idle(state, host, "expired")
+
+    host.own_expired = expired
 
 
 def _bytes(path: Path) -> int:

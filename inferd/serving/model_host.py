@@ -22,7 +22,7 @@ import gc
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from inferd.chat.reasoning import think_token_ids
@@ -141,6 +141,9 @@ class ModelHost:
         self.own: HostedModel | None = None  # the server's own model once a request unloaded it
         self.own_requests = 0  # requests running on the server's own model while it is still its own
         self.own_unload_wanted = False  # a keep_alive 0 came while they ran: unload once the last ends
+        self.own_keep_alive: float | None = FOREVER  # what the last request on it said (none: it stays)
+        self.own_last_used = time.time()
+        self.own_expired: Callable[[], Awaitable[object]] | None = None  # unloads it (server.own_model)
 
     def follow(self, stamp: Callable[[], object], reader: Callable[[], list[HostedModel]]) -> None:
         """Read the roster again with `reader` (on a worker thread) whenever `stamp()` changes."""
@@ -235,15 +238,23 @@ class ModelHost:
         await asyncio.to_thread(self._free, parts)
         return True
 
-    async def adopt_own(self, model: HostedModel, parts: ChatModel) -> None:
-        """The server's own model, loaded at start, is unloaded (Ollama's keep_alive 0): from now on it is one
+    def own_request_ended(self, keep_alive: float | None | str) -> None:
+        """A request on the server's own model, still loaded from the start, ended: its keep_alive sets how
+        long the model stays, as for any model (without one: for good, the server's own default)."""
+        self.own_keep_alive = FOREVER if keep_alive == "default" else keep_alive
+        self.own_last_used = time.time()
+        if self.own_keep_alive is not FOREVER:
+            self._start_sweeper()
+
+    async def adopt_own(self, model: HostedModel, parts: ChatModel, reason: str = "requested") -> None:
+        """The server's own model, loaded at start, is unloaded (Ollama's keep_alive): from now on it is one
         of the models loaded here on demand, under `model` (its names, its source, unloaded)."""
         model.own, model.keep_alive = True, FOREVER
         self.own = model
         self.models.insert(0, model)
-        self.unloads["requested"] = self.unloads.get("requested", 0) + 1
-        self.on_unload("requested")
-        log.info("unloaded %s, the server's own model (requested); it loads again on demand", model.name)
+        self.unloads[reason] = self.unloads.get(reason, 0) + 1
+        self.on_unload(reason)
+        log.info("unloaded %s, the server's own model (%s); it loads again on demand", model.name, reason)
         await asyncio.to_thread(self._free, parts)
 
     # -- loading ---------------------------------------------------------------
@@ -329,6 +340,9 @@ class ModelHost:
                 expires = model.expires_at
                 if expires is not None and expires <= now and model.loading is None:
                     await self.unload(model, "expired")
+            if (self.own is None and self.own_expired is not None and self.own_keep_alive is not FOREVER
+                    and self.own_requests == 0 and self.own_last_used + self.own_keep_alive <= now):
+                await self.own_expired()
 
     def _free(self, parts: ChatModel | EncoderModel) -> None:
         _free(parts)

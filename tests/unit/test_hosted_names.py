@@ -203,6 +203,32 @@ def test_keep_alive_zero_waits_for_requests_running_on_the_own_model(loaded, tin
     assert after == []
 
 
+def test_a_keep_alive_duration_unloads_the_own_model_once_idle_that_long(loaded, tiny_model_dir, empty_store):
+    config = small_config(model=str(tiny_model_dir), models=[str(tiny_model_dir)], dtype="float32",
+                          data_dir=str(empty_store))
+
+    async def main(app):  # one event loop, as a server has: the host's sweep runs on it
+        async with client(app) as c:
+            async def names():
+                return [m["name"] for m in (await asyncio.create_task(c.get("/api/ps"))).json()["models"]]
+
+            await asyncio.create_task(c.post("/api/generate", json={"model": "tiny", "prompt": "Hi", "stream": False,
+                                                                     "options": {"num_predict": 1}}))
+            await asyncio.sleep(0.6)  # past two sweeps: without a keep_alive it stays
+            kept = await names()
+            loading = await asyncio.create_task(c.post("/api/generate", json={"model": "tiny", "keep_alive": "50ms"}))
+            for _ in range(200):  # a sweep every 250 ms unloads it once idle 50 ms
+                if not await names():
+                    break
+                await asyncio.sleep(0.05)
+            return kept, loading.json()["done_reason"], await names()
+
+    with hosting(loaded, config) as server:
+        kept, reason, after = asyncio.run(main(server.app))
+        assert (kept, reason, after) == (["tiny"], "load", [])
+        assert server.state.host.unloads == {"expired": 1}
+
+
 def test_a_name_served_nowhere_is_404_once_the_own_model_is_unloaded(loaded, tiny_model_dir, store_dir):
     config = small_config(model=str(tiny_model_dir), models=[str(tiny_model_dir)], data_dir=str(store_dir))
     with hosting(loaded, config) as server:
