@@ -36,7 +36,8 @@ class Projection(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
         self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False)
-        self.packed: torch.Tensor | None = None
+        # A buffer, so the model's size counts it; not persistent: an opaque layout, no state-dict entry.
+        self.register_buffer("packed", None, persistent=False)
 
     def pack(self) -> None:
         if self.packed is None and can_pack(self.weight.dtype, self.weight.device):

@@ -56,3 +56,7 @@ def test_loading_an_encoder_packs_every_projection():
     projections = [m for m in model.modules() if isinstance(m, Projection)]
     assert len(projections) == 1 + 4 * ref.config.num_hidden_layers
     assert all(p.packed is not None and p.weight is None for p in projections)
+    # The model's size (what a memory budget counts) still holds every weight, once.
+    size = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    assert size == sum(t.numel() * t.element_size() for name, t in ref.state_dict().items()
+                       if "embed_positions" not in name)
