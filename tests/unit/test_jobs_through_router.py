@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 
+import anthropic
 import httpx
+import openai
 import pytest
 
 from inferd.config import RouterOptions
@@ -248,6 +250,12 @@ def test_listings_merge_every_workers_newest_first_and_page_without_gaps(router,
         assert [j["id"] for j in jobs["data"]] == newest_first[3:] and not jobs["has_more"]
         unknown = http.get("/v1/jobs", headers=carl, params={"after": "batch_nosuchbatch"}).json()
         assert unknown["data"] == [] and not unknown["has_more"]
+    # The official SDKs page through the merged listings by themselves.
+    sdk = openai.OpenAI(base_url=f"{thread.url}/v1", api_key=secret, max_retries=0)
+    assert sorted(f.id for f in sdk.files.list(limit=2)) == sorted(made)
+    assert [f.id for f in sdk.files.list(limit=2, order="desc")] == [f.id for f in sdk.files.list(order="desc")]
+    claude = anthropic.Anthropic(base_url=thread.url, api_key=secret, max_retries=0)
+    assert [b.id for b in claude.messages.batches.list(limit=1)] == newest_first
 
 
 def thread_key(router, name: str) -> str:
