@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from inferd import __version__
+from inferd import __version__, startup_collector
 from inferd.bench.options import add_bench_options
 from inferd.cli_llama import log_ignored, normalized
 from inferd.cli_options import add_options, build
@@ -61,15 +61,19 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_generate(build(EngineConfig, args), args)
     if args.command == "serve":
-        from inferd.commands.serve import run_serve
-        from inferd.models.paths import ModelNotFoundError
-
+        startup_collector.pause()  # resumed once the server listens, or on any way out
         try:
-            log_ignored(args)
-            return run_serve(normalized(build(ServeConfig, args)))
-        except ModelNotFoundError as e:
-            print(f"inferd: {e}", file=sys.stderr)
-            return 2
+            from inferd.commands.serve import run_serve
+            from inferd.models.paths import ModelNotFoundError
+
+            try:
+                log_ignored(args)
+                return run_serve(normalized(build(ServeConfig, args)))
+            except ModelNotFoundError as e:
+                print(f"inferd: {e}", file=sys.stderr)
+                return 2
+        finally:
+            startup_collector.resume()
     if args.command == "router":
         from inferd.commands.router import run_router
 

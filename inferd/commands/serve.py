@@ -22,6 +22,7 @@ from types import SimpleNamespace
 import torch
 import uvicorn
 
+from inferd import startup_collector
 from inferd.chat.template import TemplateError, chat_template_for
 from inferd.commands.drain import end_unfinished_before
 from inferd.commands.listen import is_loopback
@@ -234,6 +235,7 @@ def run_serve(config: ServeConfig) -> int:
 
         if unix:  # the socket is uvicorn's: the load starts once it listens
             loading.start()
+        startup_collector.resume(freeze=True)  # imports and app built: what they made stays, untraversed
         after_load.listening(on_ready)
         preloading = asyncio.ensure_future(preload(state))
         start_jobs(app, state)  # unfinished jobs resume; items wait (retried) while the model loads
