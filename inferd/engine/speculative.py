@@ -92,24 +92,29 @@ def propose_ngram(tokens: list[int], num_tokens: int, min_n: int = 1, max_n: int
 class StepCosts:
     """What a step of one request costs by the rows it computes, relative to a
     plain step of one row: 1 + (rows - 1) x (the extra seconds of each verified
-    row over a plain step's seconds), both running averages of this engine's
-    own steps, or `PRIOR_ROW_COST` until both are known. `measure=False`
-    keeps the given row cost (tests; a caller that measured it already)."""
+    row over a plain step's seconds), from running averages of this engine's
+    own plain and verifying steps (in whatever order they come), or
+    `PRIOR_ROW_COST` until both kinds are seen. `measure=False` keeps the
+    given row cost (tests; a caller that measured it already)."""
 
     def __init__(self, row_cost: float = PRIOR_ROW_COST, measure: bool = True):
         self.row_cost = row_cost
         self.measure = measure
         self.plain_seconds: float | None = None
-        self.row_seconds: float | None = None
+        self.verify_seconds: float | None = None  # a verifying step's seconds, and its rows, on average
+        self.verify_rows: float | None = None
 
     def observe(self, rows: int, seconds: float) -> None:
         if not self.measure:
             return
         if rows == 1:
             self.plain_seconds = _average(self.plain_seconds, seconds)
-        elif self.plain_seconds is not None:
-            self.row_seconds = _average(self.row_seconds, max(0.0, seconds - self.plain_seconds) / (rows - 1))
-            self.row_cost = self.row_seconds / self.plain_seconds
+        else:
+            self.verify_seconds = _average(self.verify_seconds, seconds)
+            self.verify_rows = _average(self.verify_rows, rows)
+        if self.plain_seconds and self.verify_seconds is not None:
+            extra = max(0.0, self.verify_seconds - self.plain_seconds) / (self.verify_rows - 1)
+            self.row_cost = extra / self.plain_seconds
 
     def ratio(self, rows: int) -> float:
         return 1.0 + self.row_cost * (rows - 1)

@@ -195,8 +195,9 @@ def test_step_costs_learn_a_verified_rows_cost_from_the_engines_steps():
     costs.observe(5, 0.5)  # no plain step yet: nothing to compare with
     assert costs.ratio(5) == pytest.approx(1 + 4 * 0.3)
     costs.observe(1, 0.1)
-    costs.observe(5, 0.14)
-    assert costs.ratio(5) == pytest.approx(1.4)  # 0.01 s a row over a 0.1 s step
+    assert costs.ratio(5) == pytest.approx(5.0)  # 0.1 s a row over a 0.1 s step
+    costs.observe(3, 0.5)  # averages: a verifying step of 4.8 rows in 0.5 s
+    assert costs.ratio(2) == pytest.approx(1 + (0.5 - 0.1) / 3.8 / 0.1)
     assert costs.ratio(1) == 1.0
     fixed = StepCosts(row_cost=0.2, measure=False)
     fixed.observe(1, 0.1)
@@ -234,3 +235,17 @@ def test_no_drafts_while_more_requests_run_than_the_limit(loaded):
 def test_unknown_method_is_refused(loaded):
     with pytest.raises(ValueError, match="--speculative must be one of off, ngram, auto"):
         make_engine(loaded, "eagle")
+
+
+def test_the_engine_times_its_lone_steps_for_the_guard(loaded):
+    engine = Engine(loaded, EngineConfig(speculative="ngram", ctx_size=256, parallel=2, block_size=4))
+    costs = engine.speculator.costs
+    assert costs.measure and costs.plain_seconds is None
+    run(engine, {"x": (repeating(1), GREEDY)})  # drafts hold: plain and verifying steps both
+    assert engine.speculator.drafted_total > 0
+    assert costs.plain_seconds > 0 and costs.verify_rows > 1
+    assert costs.row_cost == max(0.0, costs.verify_seconds - costs.plain_seconds) / (costs.verify_rows - 1) \
+        / costs.plain_seconds
+    sampled = Engine(loaded, EngineConfig(speculative="ngram", ctx_size=256, parallel=2, block_size=4))
+    run(sampled, {"s": (repeating(1), SamplingParams(max_tokens=8, temperature=0.8, seed=1))})
+    assert sampled.speculator.costs.plain_seconds is None  # a step that could not speculate is not compared
