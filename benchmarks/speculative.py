@@ -3,7 +3,7 @@ input-grounded tasks (edit a piece of code, answer with quotes from a text)
 and one that is not (a free story, where drafts rarely hold): the engine
 alone, greedy, the bundled model by default.
 
-    python benchmarks/speculative.py [--weights auto] [--rounds 3] [--spec-tokens 4]
+    python benchmarks/speculative.py [--weights auto] [--rounds 3] [--spec-tokens 4] [--draft-model PATH]
 
 Each round runs every task once plain and once speculating, alternating
 which goes first, so a noisy host affects both alike. Prints decode tok/s
@@ -88,11 +88,13 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=320)
     parser.add_argument("--spec-tokens", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--draft-model", default=None, help="drafts from this model instead of prompt lookup")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     loaded = load_model(args.model, weights=args.weights)
     engines = {  # the weights are shared; each engine has its own KV cache
-        mode: Engine(loaded, EngineConfig(parallel=1, ctx_size=2048, speculative=mode, spec_tokens=args.spec_tokens))
+        mode: Engine(loaded, EngineConfig(parallel=1, ctx_size=2048, speculative=mode, spec_tokens=args.spec_tokens,
+                                          draft_model=args.draft_model if mode != "off" else None))
         for mode in ("off", "ngram")
     }
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
