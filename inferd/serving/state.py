@@ -106,6 +106,10 @@ class ServerState:
 
     def require_engine(self) -> AsyncEngine:
         if self.engine is None:
+            if getattr(self.host, "own", None) is not None:  # unloaded by a keep_alive (server.own_model)
+                raise ServiceUnavailable(f"model {self.model_name!r} is unloaded (a request's keep_alive); a request "
+                                         "that generates with it loads it again", code="model_unloaded",
+                                         headers={"Retry-After": "2"})
             if self.served.loaded:
                 self.served.pick(None, CHAT)  # no chat model here: a 400 that says so
             raise ServiceUnavailable("the model is still loading; retry shortly", code="loading",
