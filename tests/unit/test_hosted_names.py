@@ -137,6 +137,8 @@ def test_keep_alive_zero_unloads_the_servers_own_model_which_then_loads_on_deman
         [unloaded] = calls(server.app, ("POST", "/api/generate", {"model": "tiny", "keep_alive": 0}))
         assert unloaded.json()["done_reason"] == "unload"
         assert ps(server.app) == [] and server.state.engine is None
+        [props] = calls(server.app, ("GET", "/props", None))  # outside any request's choice: it says why
+        assert props.status_code == 503 and "is unloaded" in props.json()["error"]["message"]
         [card] = calls(server.app, ("GET", "/v1/models/tiny", None))
         assert (card.json()["loaded"], card.json()["capabilities"]) == (False, ["completion", "chat"])
         # Loaded again on demand: by its name, with no name, or by any name while it is the one model served.
