@@ -257,6 +257,14 @@ def run_serve(config: ServeConfig) -> int:
     return 1 if state.load_failed or not server.started else 0
 
 
+def running_engines(state: ServerState) -> list:
+    """The server's own engine and every engine of a model loaded on demand, once each."""
+    engines = [state.engine] if state.engine is not None else []
+    if state.host is not None:
+        engines += [e for e in state.host.engines() if all(e is not o for o in engines)]
+    return engines
+
+
 def bind_like_uvicorn(host: str, port: int) -> socket.socket:
     """The socket uvicorn would bind for one TCP address (it listens once serving)."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
@@ -354,13 +362,14 @@ class _Server(uvicorn.Server):
         self._leave_task = asyncio.ensure_future(leave())
 
     def _drain(self, sig, frame) -> None:
-        if self.state.engine is not None:
-            self.state.engine.kv_events.close()  # endless streams would hold the drain to its timeout
-            if self.loop is not None and not self.should_exit:
-                engine, loop = self.state.engine, self.loop
-                # Stopping the engine ends each request left with a 503 or its dialect's error event.
-                end_unfinished_before(self.config.timeout_graceful_shutdown, loop,
-                                      lambda: loop.run_in_executor(None, engine.shutdown))
+        engines = running_engines(self.state)
+        for engine in engines:
+            engine.kv_events.close()  # endless streams would hold the drain to its timeout
+        if engines and self.loop is not None and not self.should_exit:
+            loop = self.loop
+            # Stopping the engines ends each request left with a 503 or its dialect's error event.
+            end_unfinished_before(self.config.timeout_graceful_shutdown, loop,
+                                  lambda: [loop.run_in_executor(None, e.shutdown) for e in engines])
         super().handle_exit(sig, frame)
         # uvicorn re-raises captured signals after a graceful stop, which would
         # make a clean drain exit -15; the drain is the whole answer to SIGTERM.

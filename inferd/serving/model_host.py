@@ -201,6 +201,11 @@ class ModelHost:
     def loaded(self) -> list[HostedModel]:
         return [m for m in self.models if m.is_loaded]
 
+    def engines(self) -> list[AsyncEngine]:
+        """The engines of the loaded models (chat, and decoders pooled for embeddings)."""
+        parts = [m.chat if m.chat is not None else m.encoder for m in self.loaded()]
+        return [p.engine for p in parts if p is not None and p.engine is not None]
+
     # -- leases ----------------------------------------------------------------
     async def acquire(self, model: HostedModel, keep_alive: float | None | str = "default") -> ChatModel | EncoderModel:
         """Lease `model` for one request, loading it first when it is not loaded."""

