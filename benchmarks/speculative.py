@@ -20,6 +20,7 @@ import time
 import torch
 
 from inferd.config import EngineConfig
+from inferd.engine import speculative
 from inferd.engine.engine import Engine
 from inferd.engine.engine_request import EngineRequest
 from inferd.engine.sampling_params import SamplingParams
@@ -89,8 +90,15 @@ def main() -> None:
     parser.add_argument("--spec-tokens", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--draft-model", default=None, help="drafts from this model instead of prompt lookup")
+    parser.add_argument("--failing-drafts", action="store_true",
+                        help="the guard's worst case: each lookup's first token is replaced by another, so a draft "
+                             "holds only by chance (drafted as often as before)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.failing_drafts:
+        lookup = speculative.propose_ngram
+        speculative.propose_ngram = lambda tokens, n, **kw: [(t + 1) % 1000 if i == 0 else t
+                                                             for i, t in enumerate(lookup(tokens, n, **kw))]
     loaded = load_model(args.model, weights=args.weights)
     engines = {  # the weights are shared; each engine has its own KV cache
         mode: Engine(loaded, EngineConfig(parallel=1, ctx_size=2048, speculative=mode, spec_tokens=args.spec_tokens,
