@@ -187,7 +187,7 @@ def run_serve(config: ServeConfig) -> int:
             sockets = [bind_like_uvicorn(config.host, config.port)]
         except OSError as error:
             log.error("could not listen on %s:%s (%s): stop what is using it, or pick another --host/--port",
-                      config.host, config.port, os.strerror(error.errno).lower() if error.errno else error)
+                      config.host, config.port, error.strerror.lower() if error.strerror else error)
             return 1
     if not state.tenants.enabled and not all(is_loopback(h) for h in hosts):
         log.warning("listening on %s without an API key: anyone who can reach it can use it (set --api-key)", config.host)

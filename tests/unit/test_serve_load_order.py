@@ -5,6 +5,7 @@ listen, whichever ends first."""
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 
 import pytest
@@ -93,3 +94,20 @@ def test_a_load_that_fails_while_serving_stops_the_server(sent_signals):
     after.listening(lambda: calls.append("registered"))
     after.failed()
     assert sent_signals == [signal.SIGTERM] and calls == []
+
+
+@pytest.mark.parametrize("host", ["no-such-host.invalid", "taken"])
+def test_a_socket_that_cannot_be_bound_is_one_line_before_any_weights_load(tmp_path, tiny_model_dir, monkeypatch,
+                                                                             caplog, host):
+    monkeypatch.setattr(serve_command, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1] if host == "taken" else 0
+        address = "127.0.0.1" if host == "taken" else host
+        config = ServeConfig(model=str(tiny_model_dir), data_dir=str(tmp_path / "data"), host=address, port=port)
+        assert run_serve(config) == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    reason = "address already in use" if host == "taken" else "name or service not known"
+    assert errors == [f"could not listen on {address}:{port} ({reason}): "
+                      "stop what is using it, or pick another --host/--port"]
