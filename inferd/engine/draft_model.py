@@ -41,14 +41,17 @@ class DraftModel:
         check_shared_tokenizer(loaded, target)
         self.loaded = loaded
         self.vocab_size = target.config.vocab_size
+        self.max_len = min(max_model_len, loaded.config.max_position_embeddings)  # positions it can compute
         self.blocks_per_seq = -(-max_model_len // block_size)
         self.runner = ModelRunner(loaded.model, self.blocks_per_seq * max_seqs, block_size, loaded.dtype,
                                   loaded.device)
         self.sequences = [_Sequence() for _ in range(max_seqs)]
 
     def propose(self, req: Request, num_tokens: int) -> list[int]:
-        """Up to `num_tokens` greedy tokens of the draft model after `req`'s tokens."""
+        """Up to `num_tokens` greedy tokens of the draft model after `req`'s tokens
+        (fewer where its context ends first)."""
         tokens = req.all_token_ids
+        num_tokens = min(num_tokens, self.max_len - len(tokens) + 1)  # the last draft is never fed
         seq = self.sequences[req.slot]
         if seq.request_id != req.request_id:
             seq.request_id, seq.cached = req.request_id, []

@@ -80,3 +80,24 @@ def test_auto_loads_no_draft_model_where_verification_is_not_exact(target, tiny_
     engine = engine_for(target, str(tiny_llama_dir), speculative="auto")  # a float32 model of dense layers
     assert engine.speculator.drafter is None and not engine.speculator.enabled
     assert "--speculative auto speculates only where verification is exact" in caplog.text
+
+
+def test_drafts_stop_where_the_draft_models_context_ends(target, tiny_model_dir):
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    plain = run(engine_for(target, None, "off"), {"x": (PROMPTS["b"], params)})["x"][0]
+    engine = engine_for(target, str(tiny_model_dir))
+    drafter = engine.speculator.drafter
+    drafter.max_len = len(PROMPTS["b"]) + 6  # the served model's context goes on past it
+    calls = []  # (drafts asked, drafts made, positions the draft model then holds)
+    propose = drafter.propose
+
+    def recorded(req, n):
+        drafts = propose(req, n)
+        calls.append((n, len(drafts), len(drafter.sequences[req.slot].cached)))
+        return drafts
+
+    drafter.propose = recorded
+    output, _ = drafts_per_step(engine, PROMPTS["b"], params)
+    assert output == plain
+    assert all(cached <= drafter.max_len for _, _, cached in calls)
+    assert any(made < asked for asked, made, _ in calls)  # cut short by its context
