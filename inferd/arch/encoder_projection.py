@@ -41,7 +41,10 @@ class Projection(nn.Module):
 
     def pack(self) -> None:
         if self.packed is None and can_pack(self.weight.dtype, self.weight.device):
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), _LAYOUT_ROWS)
+            try:
+                self.packed = _reorder(self.weight.detach())
+            except RuntimeError:  # a oneDNN build without this layout (e.g. some ARM ones): stay plain
+                return
             self.weight = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -52,3 +55,7 @@ class Projection(nn.Module):
     def add_onto(self, residual: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """residual + self(x), in the product's fresh tensor."""
         return self(x).add_(residual)
+
+
+def _reorder(weight: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(weight, _LAYOUT_ROWS)

@@ -48,6 +48,20 @@ def test_a_dtype_onednn_does_not_run_stays_plain():
     torch.testing.assert_close(proj(x), F.linear(x, proj.weight, proj.bias))
 
 
+def test_a_weight_onednn_cannot_reorder_stays_plain(monkeypatch):
+    from inferd.arch import encoder_projection
+
+    def refuse(weight):
+        raise RuntimeError("no reorder for this layout")
+
+    monkeypatch.setattr(encoder_projection, "_reorder", refuse)
+    proj = _projection(torch.float32)
+    proj.pack()
+    assert proj.packed is None and proj.weight is not None
+    x = torch.randn(3, 24)
+    torch.testing.assert_close(proj(x), F.linear(x, proj.weight, proj.bias))
+
+
 @needs_onednn
 def test_loading_an_encoder_packs_every_projection():
     ref = tiny_encoder("roformer")  # its embedding projection too
