@@ -20,7 +20,8 @@ One `inferd serve` of the bundled model (fresh data dir) serves both sides:
   batch slot busy; the batch is cancelled afterwards), in TTFT_ROUNDS
   alternating rounds of TTFT_SAMPLES each, so a shared machine's changing
   load falls on both sides alike; medians and p90.
---rounds 0 measures only the TTFT; --batch-concurrency is the server's.
+--rounds 0 measures only the TTFT, --ttft-rounds 0 only the throughput;
+--batch-concurrency is the server's.
 """
 
 from __future__ import annotations
@@ -215,6 +216,8 @@ def main() -> None:
         print(f"throughput, {args.requests} requests of {args.input_len} in / {args.output_len} out, concurrency "
               f"{batch_concurrency(args)} (--parallel {args.parallel}): bench {bench_rate:.2f} req/s, "
               f"batch {batch_rate:.2f} items/s (medians); batch/bench per round: median {ratio:.0%}")
+    if not idle:  # --ttft-rounds 0 measures only the throughput
+        return
     print(f"interactive TTFT idle: {describe(idle)}")
     print(f"interactive TTFT with a {args.ttft_batch}-item batch running ({done} items done while sampling, "
           f"{preemptions:.0f} preemptions): {describe(busy)} ({statistics.median(busy) / statistics.median(idle):.2f}x idle)")
