@@ -24,6 +24,8 @@ SPELLINGS = {
     "chat_template": ("--chat-template-file",),
     "temperature": ("--temperature",),
     "cors_origin": ("--cors-origins",),
+    "draft_model": ("-md", "--model-draft"),
+    "spec_tokens": ("--draft", "--draft-n", "--draft-max"),
 }
 
 # inferd's option -> the environment variable llama-server reads for it (after INFERD_<NAME>).
@@ -36,6 +38,7 @@ ENVIRONMENT = {
     "metrics": "LLAMA_ARG_ENDPOINT_METRICS", "slots": "LLAMA_ARG_ENDPOINT_SLOTS",
     "reasoning_format": "LLAMA_ARG_THINK",
     "reasoning_budget": "LLAMA_ARG_THINK_BUDGET", "pooling": "LLAMA_ARG_POOLING",
+    "draft_model": "LLAMA_ARG_MODEL_DRAFT", "spec_tokens": "LLAMA_ARG_DRAFT_MAX",
     "temperature": "LLAMA_ARG_TEMPERATURE", "top_k": "LLAMA_ARG_TOP_K", "top_p": "LLAMA_ARG_TOP_P",
     "min_p": "LLAMA_ARG_MIN_P", "repeat_penalty": "LLAMA_ARG_REPEAT_PENALTY",
     "presence_penalty": "LLAMA_ARG_PRESENCE_PENALTY", "frequency_penalty": "LLAMA_ARG_FREQUENCY_PENALTY",
@@ -72,6 +75,10 @@ NO_OPS = (
     (("--swa-full",), 0, "LLAMA_ARG_SWA_FULL"),
     (("-to", "--timeout"), 1, "LLAMA_ARG_TIMEOUT"),
     (("--ui", "--webui", "--no-ui", "--no-webui"), 0, "LLAMA_ARG_UI"),
+    (("--draft-min", "--draft-n-min"), 1, "LLAMA_ARG_DRAFT_MIN"),  # the guard sizes drafts by what pays
+    (("--draft-p-min",), 1, "LLAMA_ARG_DRAFT_P_MIN"),
+    (("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"), 1, "LLAMA_ARG_N_GPU_LAYERS_DRAFT"),
+    (("-cd", "--ctx-size-draft"), 1, "LLAMA_ARG_CTX_SIZE_DRAFT"),
     (("--log-disable",), 0, None),
     (("--prio",), 1, None),
     (("--poll",), 1, None),

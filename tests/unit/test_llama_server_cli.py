@@ -98,6 +98,17 @@ def test_llama_arg_variables_are_read_and_inferd_ones_win(monkeypatch):
     assert parse(["-c", "512"])[1].ctx_size == 512  # the command line wins over both
 
 
+def test_llama_servers_draft_model_flags_mean_inferds(monkeypatch):
+    args, config = parse(["-md", "draft.gguf", "--draft-max", "8", "--draft-min", "2", "-ngld", "99"])
+    assert (config.draft_model, config.spec_tokens) == ("draft.gguf", 8)
+    assert args.llama_server_ignored == ["--draft-min", "-ngld"]
+    assert parse(["--model-draft", "d.gguf", "--draft", "3"])[1].draft_model == "d.gguf"
+    monkeypatch.setenv("LLAMA_ARG_MODEL_DRAFT", "env.gguf")
+    monkeypatch.setenv("LLAMA_ARG_DRAFT_MAX", "6")
+    _, config = parse([])
+    assert (config.draft_model, config.spec_tokens) == ("env.gguf", 6)
+
+
 def test_a_bad_llama_variable_names_itself(monkeypatch):
     monkeypatch.setenv("LLAMA_ARG_CTX_SIZE", "big")
     with pytest.raises(SystemExit, match="LLAMA_ARG_CTX_SIZE='big' is not a valid int"):

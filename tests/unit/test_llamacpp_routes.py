@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 import shutil
+from types import SimpleNamespace
 
 import pytest
 from tokenizers import Tokenizer as InnerTokenizer
@@ -390,6 +391,21 @@ def idle_slot(i: int) -> dict:
         "params": {"n_predict": -1},
         "next_token": {"has_next_token": False, "n_remain": -1, "n_decoded": 0},
     }
+
+
+def test_slots_say_whether_the_model_speculates():
+    from inferd.api.llamacpp.slots import slots
+    from inferd.engine.outputs import SlotState
+
+    def state(enabled: bool):
+        busy = SlotState(slot=1, request_id="r", prompt_tokens=3, computed_tokens=4, cached_tokens=0,
+                         generated_tokens=1, max_tokens=5, priority="normal")
+        inner = SimpleNamespace(max_model_len=CTX, speculator=SimpleNamespace(enabled=enabled))
+        engine = SimpleNamespace(engine=inner, stats=lambda: SimpleNamespace(slots=[busy], max_running=2))
+        return SimpleNamespace(config=SimpleNamespace(slots=True), require_engine=lambda: engine)
+
+    assert [s["speculative"] for s in slots(state(True))] == [True, True]
+    assert [s["speculative"] for s in slots(state(False))] == [False, False]
 
 
 def test_slots_show_a_busy_slot_during_generation_and_idle_after(app):

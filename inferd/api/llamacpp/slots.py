@@ -8,14 +8,14 @@ from inferd.engine.outputs import SlotState
 from inferd.serving.state import ServerState
 
 
-def _busy(slot: SlotState, n_ctx: int) -> dict:
+def _busy(slot: SlotState, n_ctx: int, speculative: bool) -> dict:
     n_predict = -1 if slot.max_tokens is None else slot.max_tokens
     remaining = -1 if slot.max_tokens is None else slot.max_tokens - slot.generated_tokens
     return {
         "id": slot.slot,
         "id_task": slot.request_id,
         "n_ctx": n_ctx,
-        "speculative": False,
+        "speculative": speculative,
         "is_processing": True,
         "n_prompt_tokens": slot.prompt_tokens,
         "n_prompt_tokens_processed": max(min(slot.computed_tokens, slot.prompt_tokens) - slot.cached_tokens, 0),
@@ -25,12 +25,12 @@ def _busy(slot: SlotState, n_ctx: int) -> dict:
     }
 
 
-def _idle(slot_id: int, n_ctx: int) -> dict:
+def _idle(slot_id: int, n_ctx: int, speculative: bool) -> dict:
     return {
         "id": slot_id,
         "id_task": -1,
         "n_ctx": n_ctx,
-        "speculative": False,
+        "speculative": speculative,
         "is_processing": False,
         "n_prompt_tokens": 0,
         "n_prompt_tokens_processed": 0,
@@ -47,5 +47,7 @@ def slots(state: ServerState) -> list[dict]:
     engine = state.require_engine()
     stats = engine.stats()
     n_ctx = engine.engine.max_model_len
+    speculative = engine.engine.speculator.enabled  # drafts are verified on this model (greedy requests)
     running = {s.slot: s for s in stats.slots}
-    return [_busy(running[i], n_ctx) if i in running else _idle(i, n_ctx) for i in range(stats.max_running)]
+    return [_busy(running[i], n_ctx, speculative) if i in running else _idle(i, n_ctx, speculative)
+            for i in range(stats.max_running)]
