@@ -116,6 +116,21 @@ class OverHttp:
         self.process.wait(30)
 
 
+# What holds each side's vector units below the CPU's best (see the module doc).
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "INFERD_ISA")
+
+
+def held_to(environ=os.environ) -> str:
+    """The instruction-set limits this run is under, as set in the environment,
+    or "none" (the CPU's flags alone do not say which kernels ran)."""
+    limits = [f"{name}={environ[name]}" for name in ISA_LIMITS if environ.get(name, "").strip()]
+    return " ".join(limits) if limits else "none"
+
+
+def load_average() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=os.cpu_count())
@@ -127,6 +142,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from sentence_transformers import SentenceTransformer
 
+    load_before = load_average()
     texts = sentences()
     one = texts[:1]
     peer = SentenceTransformer(str(default_embedding_path()), device="cpu")
@@ -161,6 +177,7 @@ def main() -> None:
     flags = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16") if f in _cpu_flags()]
     print(f"CPU: {' '.join(flags)}; inferd kernels: {isa.selected()}; torch threads {args.threads}; "
           f"inferd dtype {args.dtype}; min cosine to sentence-transformers {cosine:.6f}")
+    print(f"ISA limits: {held_to()}; load average {load_before} before, {load_average()} after")
     print(f"{'row':40} {'median':>10}   rounds")
     for name, value in median.items():
         print(f"{name:40} {value:10.1f}   {' '.join(f'{v:.1f}' for v in rows[name])}")
