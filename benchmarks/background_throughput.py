@@ -3,7 +3,8 @@ HTTP): the same requests run to the end at normal priority (as `inferd
 bench`'s are) and at low (as batch items are), in alternating rounds on one
 engine. Besides the wall time, which a shared machine's load makes noisy,
 it counts engine steps, which no load changes: low-priority prefill is
-chunked to a sixteenth of a step's token budget, so it can take more steps.
+chunked (a quarter of a step's token budget while only low-priority work
+runs), so it can take more steps.
 
     python benchmarks/background_throughput.py [--parallel 4] [--threads 2] [--requests 16] [--input-len 32]
                                                [--output-len 16] [--rounds 3]

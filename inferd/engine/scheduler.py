@@ -17,7 +17,10 @@ step in all (a sixteenth of the budget), so an urgent request never waits
 behind more than that, and it pauses while a more urgent request has prompt
 left to compute, so an interactive prefill shares its step with background
 decodes only. A long prompt therefore delays running decodes by at most one
-chunk.
+chunk. With nothing above low priority running or waiting, the chunk is
+`alone_tokens` (a quarter of the budget): a batch alone keeps the engine
+nearly as busy as interactive work would, and a request that arrives then
+waits behind one such chunk at most.
 """
 
 from __future__ import annotations
@@ -41,10 +44,14 @@ class SchedulerConfig:
     block_size: int = 16
     # low-priority prefill tokens per step, all such requests together; None: a sixteenth of the budget
     background_tokens: int | None = None
+    # the same while every request running or waiting is low priority; None: a quarter of the budget
+    alone_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.background_tokens is None:
             self.background_tokens = max(1, self.max_num_batched_tokens // 16)
+        if self.alone_tokens is None:
+            self.alone_tokens = max(self.background_tokens, self.max_num_batched_tokens // 4)
 
 
 @dataclass
@@ -97,7 +104,7 @@ class Scheduler:
     # -- one step ----------------------------------------------------------
     def schedule(self) -> ScheduledBatch:
         budget = self.config.max_num_batched_tokens
-        self._background_left = 0 if self._urgent_prefill() else self.config.background_tokens
+        self._background_left = self._background_allowance()
         batch = ScheduledBatch()
         self.running.sort(key=Request.sort_key)
         for req in list(self.running):
@@ -146,6 +153,15 @@ class Scheduler:
             self.running.append(req)
             budget -= self._give(req, num_new, batch)
         return batch
+
+    def _background_allowance(self) -> int:
+        """Low-priority prefill tokens this step: none while an urgent prompt is computed, more while
+        only low-priority work is there."""
+        if self._urgent_prefill():
+            return 0
+        if all(r.priority is Priority.LOW for r in (*self.running, *self.waiting)):
+            return self.config.alone_tokens
+        return self.config.background_tokens
 
     def _urgent_prefill(self) -> bool:
         """Whether a request above low priority has prompt left to compute (or waits to start)."""

@@ -115,7 +115,7 @@ def test_no_background_request_is_preempted_in_vain():
 
 
 def test_background_prefill_is_chunked_in_all_but_decodes_and_urgent_prefill_are_not():
-    s = make(num_blocks=64, max_num_seqs=4, max_num_batched_tokens=256, background_tokens=8)
+    s = make(num_blocks=64, max_num_seqs=4, max_num_batched_tokens=256, background_tokens=8, alone_tokens=8)
     b1, b2 = req("b1", 12, LOW), req("b2", 12, LOW, first=50)
     s.add(b1)
     s.add(b2)
@@ -137,8 +137,23 @@ def test_background_prefill_is_chunked_in_all_but_decodes_and_urgent_prefill_are
     assert batch.requests == [urgent, b1, b2, b3] and batch.num_new_tokens == [1, 1, 1, 8]
 
 
-def test_background_prefill_takes_a_sixteenth_of_the_budget_and_running_requests_go_most_urgent_first():
-    s = make(num_blocks=64, max_num_seqs=4, max_num_batched_tokens=32)
+def test_background_prefill_takes_a_quarter_of_the_budget_alone_and_a_sixteenth_beside_other_work():
+    s = make(num_blocks=64, max_num_seqs=4, max_num_batched_tokens=64)
+    b = req("b", 60, LOW)
+    s.add(b)
+    assert step(s).num_new_tokens == [16]  # alone: a quarter
+    n = req("n", 1, first=100)  # a normal request with its prompt computed in one step, then decoding
+    s.add(n)
+    batch = step(s)  # n waits to start: b pauses
+    assert batch.requests == [n] and batch.num_new_tokens == [1]
+    batch = step(s)  # n decodes beside it: a sixteenth
+    assert batch.requests == [n, b] and batch.num_new_tokens == [1, 4]
+    s.finish(n, RequestStatus.FINISHED_STOPPED)
+    assert step(s).num_new_tokens == [16]  # alone again
+
+
+def test_running_requests_go_most_urgent_first():
+    s = make(num_blocks=64, max_num_seqs=4, max_num_batched_tokens=32, alone_tokens=2)
     b = req("b", 40, LOW)
     s.add(b)
     assert step(s).num_new_tokens == [2]
