@@ -10,7 +10,9 @@ allowed to speak for others (an admin key, such as the router's
 ordinary key that sends it is refused, so no client can read another's jobs
 by naming them. The caller's model scopes come along
 (`x-inferd-on-behalf-scopes`, a JSON list) and are kept with each job it
-makes, so its items are held to them as the caller's own requests are."""
+makes, so its items are held to them as the caller's own requests are, and
+so are its rate limits (`x-inferd-on-behalf-limits`, a JSON object of
+`Limits` fields): the items are admitted as that name, with those limits."""
 
 from __future__ import annotations
 
@@ -22,10 +24,11 @@ from inferd.http.auth import Forbidden
 from inferd.http.errors import BadRequest, NotFound
 from inferd.http.request_context import current_request
 from inferd.jobs.plane import JobPlane
-from inferd.tenants.keys import NAME
+from inferd.tenants.keys import LIMIT_FIELDS, NAME
 
 ON_BEHALF_HEADER = "x-inferd-on-behalf-of"
 ON_BEHALF_SCOPES = "x-inferd-on-behalf-scopes"
+ON_BEHALF_LIMITS = "x-inferd-on-behalf-limits"
 
 
 def get_plane(request: Request) -> JobPlane:
@@ -76,6 +79,22 @@ def owner_scopes(request: Request) -> tuple[str, ...]:
     if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
         raise BadRequest(f"{ON_BEHALF_SCOPES} must be a JSON list of model names", param=ON_BEHALF_SCOPES)
     return tuple(scopes)
+
+
+def owner_limits(request: Request) -> dict | None:
+    """The owner's rate limits, when a trusted key speaks for it and says (None: the caller's own)."""
+    if request.headers.get(ON_BEHALF_LIMITS) is None:
+        return None
+    owner_of(request)  # refused unless the key may speak for others
+    try:
+        limits = json.loads(request.headers[ON_BEHALF_LIMITS])
+    except ValueError:
+        limits = None
+    if not isinstance(limits, dict) or not all(
+            k in LIMIT_FIELDS and type(v) is int and v >= 0 for k, v in limits.items()):
+        raise BadRequest(f"{ON_BEHALF_LIMITS} must be a JSON object of non-negative integers among "
+                         f"{', '.join(LIMIT_FIELDS)}", param=ON_BEHALF_LIMITS)
+    return limits
 
 
 def page_limit(limit: int | None, default: int = 20, most: int = 100) -> int:

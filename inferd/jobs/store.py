@@ -99,7 +99,8 @@ CREATE TABLE IF NOT EXISTS charges (
 );
 """
 # Columns added since a store was first made: (table, column, declaration), added when missing.
-_ADDED_COLUMNS = (("files", "expires_at", "REAL"), ("jobs", "caller", "TEXT"), ("jobs", "scopes", "TEXT"))
+_ADDED_COLUMNS = (("files", "expires_at", "REAL"), ("jobs", "caller", "TEXT"), ("jobs", "scopes", "TEXT"),
+                  ("jobs", "limits", "TEXT"))
 
 
 class JobStoreError(Exception):
@@ -127,6 +128,7 @@ class Job:
     counts: dict[str, int] = field(default_factory=dict)  # items by state
     caller: str = ""  # the key that made it and runs its items: the owner, unless it spoke for the owner
     scopes: tuple[str, ...] = ()  # the models its owner may use, when the caller spoke for it (none: any)
+    limits: dict | None = None  # the owner's rate limits, when the caller spoke for it: its items are held to them
 
     @property
     def on_behalf(self) -> bool:
@@ -201,7 +203,7 @@ class FileRecord:
 _FILE_COLUMNS = "id, owner, purpose, filename, bytes, sha256, created_at, expires_at"
 _UNEXPIRED = "(expires_at IS NULL OR expires_at > ?)"
 _JOB_COLUMNS = ("id, kind, owner, state, endpoint, created_at, expires_at, cancel_requested, spec, times, result, total, "
-                "caller, scopes")
+                "caller, scopes, limits")
 _CHARGE_COLUMNS = "seq, owner, model, day, prompt_tokens, completion_tokens, cached_tokens, error, job_id"
 
 
@@ -240,16 +242,17 @@ class JobStore:
     # -- jobs ----------------------------------------------------------------
     def create(self, id: str, kind: str, owner: str, endpoint: str, spec: dict, *, state: str = "validating",
                expires_at: float | None = None, items: Iterable[tuple[str, dict]] = (),
-               caller: str | None = None, scopes: tuple[str, ...] = ()) -> Job:
+               caller: str | None = None, scopes: tuple[str, ...] = (), limits: dict | None = None) -> Job:
         """`caller`: the key that asks, when it is not `owner` (it speaks for the owner, who may use only
-        the models in `scopes`, when it names any)."""
+        the models in `scopes`, when it names any, within `limits`, when given)."""
         now = self.clock()
         items = list(items)
         with self._tx() as db:
             times = {} if state == "validating" else {f"{state}_at": now}
-            db.execute(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, '{{}}', ?, ?, ?)",
+            db.execute(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, '{{}}', ?, ?, ?, ?)",
                        (id, kind, owner, state, endpoint, now, expires_at, json.dumps(spec), json.dumps(times),
-                        len(items), owner if caller is None else caller, json.dumps(list(scopes)) if scopes else None))
+                        len(items), owner if caller is None else caller, json.dumps(list(scopes)) if scopes else None,
+                        json.dumps(limits) if limits is not None else None))
             self._insert_items(db, id, items)
             self._event(db, id, "created", {"kind": kind, "items": len(items)}, now)
         return self.get(id)
@@ -486,7 +489,7 @@ class _Transaction:
 def _job(row: tuple, counts: dict[str, int]) -> Job:
     return Job(row[0], row[1], row[2], row[3], row[4], row[5], row[6], bool(row[7]), json.loads(row[8]),
                json.loads(row[9]), json.loads(row[10]), row[11], counts, row[2] if row[12] is None else row[12],
-               tuple(json.loads(row[13])) if row[13] else ())
+               tuple(json.loads(row[13])) if row[13] else (), json.loads(row[14]) if row[14] else None)
 
 
 def _created_bounds(where: list[str], args: list, before: float | None, since: float | None) -> None:

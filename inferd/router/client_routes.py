@@ -90,7 +90,8 @@ async def forward(request: Request, endpoint: Endpoint):
     ctx = current_request()
     caller = ctx.key if ctx is not None else None
     to_worker = request_headers(list(request.scope["headers"]), state.config.worker_api_key, state.tenants.enabled,
-                                on_behalf_of=caller.name if caller else None, scopes=caller.scopes if caller else ())
+                                on_behalf_of=caller.name if caller else None, scopes=caller.scopes if caller else (),
+                                limits=_set_limits(caller))
     if isinstance(response_id, str) and _STORED_ID.match(response_id):
         # Asked as the request goes on (the caller's key passed through, or the worker key for the caller
         # the router identified), so a worker answers only for what the caller may read.
@@ -141,3 +142,10 @@ def forwarded_route(endpoint: Endpoint) -> Route:
 
 def client_routes() -> list[Route]:
     return [forwarded_route(e) for e in endpoints().values()]
+
+
+def _set_limits(key) -> dict | None:
+    """The limits a router key has (0 is none), for the worker to hold its batch items to."""
+    if key is None:
+        return None
+    return {name: value for name, value in key.limits.as_dict().items() if value} or None

@@ -9,7 +9,9 @@ its own they are dropped; with neither they pass through unchanged. A
 caller the router's keys identified is named to the worker in
 `x-inferd-on-behalf-of` (whose files and jobs these are, `api/job_access.py`),
 with its model scopes, if any, in `x-inferd-on-behalf-scopes` (a JSON list:
-its batch items are held to them); a client's own such headers never cross.
+its batch items are held to them), and its rate limits, if any, in
+`x-inferd-on-behalf-limits` (a JSON object); a client's own such headers
+never cross.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ HOP_BY_HOP = frozenset({
 })
 ON_BEHALF_HEADER = b"x-inferd-on-behalf-of"
 ON_BEHALF_SCOPES = b"x-inferd-on-behalf-scopes"
+ON_BEHALF_LIMITS = b"x-inferd-on-behalf-limits"
 _SET_BY_ROUTER = frozenset({b"host", b"content-length", b"accept-encoding", b"x-worker-id",
-                            b"x-worker-instance-id", ON_BEHALF_HEADER, ON_BEHALF_SCOPES})
+                            b"x-worker-instance-id", ON_BEHALF_HEADER, ON_BEHALF_SCOPES,
+                            ON_BEHALF_LIMITS})
 _KEYS = frozenset({b"authorization", b"x-api-key"})
 
 WORKER_HEADER = b"x-inferd-worker"  # on every forwarded answer: which worker produced it
@@ -41,8 +45,9 @@ def _named_in_connection(headers: Iterable[tuple[bytes, bytes]]) -> set[bytes]:
 
 def request_headers(client: list[tuple[bytes, bytes]], worker_api_key: str | None,
                     router_has_keys: bool, on_behalf_of: str | None = None,
-                    scopes: tuple[str, ...] = ()) -> list[tuple[bytes, bytes]]:
-    """`on_behalf_of`: the name of the router's key that sent the request; `scopes`: the models it may use."""
+                    scopes: tuple[str, ...] = (), limits: dict | None = None) -> list[tuple[bytes, bytes]]:
+    """`on_behalf_of`: the name of the router's key that sent the request; `scopes`: the models it may use;
+    `limits`: its rate limits (those set)."""
     drop = HOP_BY_HOP | _SET_BY_ROUTER | _named_in_connection(client)
     if worker_api_key or router_has_keys:
         drop |= _KEYS
@@ -53,6 +58,8 @@ def request_headers(client: list[tuple[bytes, bytes]], worker_api_key: str | Non
         out.append((ON_BEHALF_HEADER, on_behalf_of.encode()))
         if scopes:
             out.append((ON_BEHALF_SCOPES, json.dumps(list(scopes)).encode()))
+        if limits:
+            out.append((ON_BEHALF_LIMITS, json.dumps(limits).encode()))
     out.append((b"accept-encoding", b"identity"))
     return out
 

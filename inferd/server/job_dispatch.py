@@ -6,8 +6,9 @@ is answered exactly as the same request sent over HTTP would be, errors in
 its dialect's envelope included.
 
 A job made on behalf of another key (through a router) runs as the key that
-made it; each item's tokens go with its result (`ItemResult.usage`), so the
-store can keep what the owner owes for a router to claim.
+made it, admitted as the owner with the owner's scopes and limits when the
+router sent them; each item's tokens go with its result (`ItemResult.usage`),
+so the store can keep what the owner owes for a router to claim.
 
 Batch items run at low priority, behind interactive traffic. An item that
 cannot run now (the model still loading, the queue full, the key's rate
@@ -35,6 +36,7 @@ from inferd.server.model_select import ModelSelect
 from inferd.serving.state import ServerState
 from inferd.tenants.gate import Ticket
 from inferd.tenants.keyring import KeyNotFound
+from inferd.tenants.keys import ApiKey, Limits
 from inferd.tenants.refused import Refused
 
 # A 429 whose Retry-After is longer than this (a daily allowance) is the item's answer, not a pause.
@@ -70,6 +72,8 @@ class InProcessDispatch:
         if tenants is not None and tenants.enabled and job.caller:
             try:
                 ctx.key = _usable_key(tenants, job.caller)
+                if job.on_behalf and job.limits is not None:
+                    ctx.key = _owner_key(job)
                 ctx.ticket = Ticket(ctx.key)
                 await tenants.enter(ctx.ticket)
             except Refused as refused:
@@ -142,6 +146,12 @@ def _usage(ctx: RequestContext, item: Item) -> ItemUsage | None:
                      sum(c.cached_tokens for c in ctx.cards))
 
 
+def _owner_key(job: Job) -> ApiKey:
+    """The key a router spoke for, as far as admission needs it: its name (counters and ledger), scopes
+    and limits. (With counters in Redis shared with the router, it is one limit with the router's.)"""
+    return ApiKey(job.owner, secret_hash="", prefix="", scopes=job.scopes, limits=Limits(**job.limits))
+
+
 def _usable_key(tenants, name: str):
     try:
         key = tenants.ring.get(name)
@@ -156,10 +166,13 @@ def _usable_key(tenants, name: str):
 
 
 def _wait(headers: dict) -> float | None:
-    """Seconds to wait before trying again, or None when that is too long to be worth waiting."""
+    """Seconds to wait before trying again, or None when that is too long to be worth waiting, or
+    when no wait is named (a request that no window could ever hold: waiting cannot help)."""
     lowered = {k.lower(): v for k, v in headers.items()}
+    if "retry-after" not in lowered:
+        return None
     try:
-        wait = float(lowered.get("retry-after", "1"))
+        wait = float(lowered["retry-after"])
     except ValueError:
         wait = 1.0
     return max(0.1, wait) if wait <= LONGEST_WAIT else None

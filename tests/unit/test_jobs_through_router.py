@@ -304,3 +304,34 @@ def test_batch_items_are_held_to_the_callers_model_scopes(router, workers):
     answer = json.loads(line)["response"]
     assert answer["status_code"] == 403 and answer["body"]["error"]["code"] == "model_not_allowed"
     assert "'another-model'" in answer["body"]["error"]["message"]
+
+
+def test_batch_items_are_held_to_the_callers_limits(router, workers):
+    thread, state, secrets = router
+    if "dora" not in secrets:
+        secrets["dora"] = state.tenants.ring.add("dora", {"daily_tokens": 1})[1]
+    with httpx.Client(base_url=thread.url, timeout=60) as http:
+        file_id = upload(http, secrets["dora"], chat_line("dora-1"))["id"]
+        r = http.post("/v1/batches", json={"input_file_id": file_id, "endpoint": "/v1/chat/completions",
+                                           "completion_window": "24h"}, headers=as_key(secrets["dora"]))
+        assert r.status_code == 200, r.text
+        batch_id = r.json()["id"]
+        batch = wait_for(lambda: (b := http.get(f"/v1/batches/{batch_id}", headers=as_key(secrets["dora"])).json())
+                         ["status"] in ENDED and b, timeout=120)
+        assert batch and batch["request_counts"] == {"total": 1, "completed": 0, "failed": 1}, batch
+        (line,) = http.get(f"/v1/files/{batch['error_file_id']}/content",
+                           headers=as_key(secrets["dora"])).text.splitlines()
+    answer = json.loads(line)["response"]
+    assert answer["status_code"] == 429 and answer["body"]["error"]["code"] == "rate_limit_exceeded"
+    assert "daily allowance of 1" in answer["body"]["error"]["message"]
+
+
+def test_a_worker_refuses_limits_that_are_not_limits(workers):
+    eve = {**as_key(WORKER_KEY), "x-inferd-on-behalf-of": "eve"}
+    with httpx.Client(base_url=workers[0].url, timeout=60) as http:
+        r = http.post("/v1/files", files={"file": ("input.jsonl", chat_line("eve-1").encode())},
+                      data={"purpose": "batch"}, headers=eve)
+        r = http.post("/v1/batches", json={"input_file_id": r.json()["id"], "endpoint": "/v1/chat/completions",
+                                           "completion_window": "24h"},
+                      headers={**eve, "x-inferd-on-behalf-limits": '{"rpm": -1}'})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "x-inferd-on-behalf-limits"

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from inferd.api.anthropic.errors import AnthropicRoute
 from inferd.api.anthropic.protocol import MessagesRequest
-from inferd.api.job_access import caller, get_plane, job_owner, owner_scopes, page_limit
+from inferd.api.job_access import caller, get_plane, job_owner, owner_limits, owner_scopes, page_limit
 from inferd.http.errors import BadRequest, NotFound, validation_message
 from inferd.jobs.plane import JobPlane
 from inferd.jobs.runner import JobKind
@@ -103,7 +103,7 @@ async def create_batch(body: CreateMessageBatch, raw: Request, plane: JobPlane =
     items = checked_requests(body)
     job = await asyncio.to_thread(plane.store.create, new_id("msgbatch_"), "message_batch", owner, ENDPOINT, {},
                                   state="in_progress", expires_at=time.time() + WINDOW, items=items, caller=caller(),
-                                  scopes=owner_scopes(raw))
+                                  scopes=owner_scopes(raw), limits=owner_limits(raw))
     plane.runner.wake()
     return batch_object(job, str(raw.base_url))
 

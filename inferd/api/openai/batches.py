@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict
 
-from inferd.api.job_access import caller, get_plane, job_owner, owner_scopes, page_limit
+from inferd.api.job_access import caller, get_plane, job_owner, owner_limits, owner_scopes, page_limit
 from inferd.api.openai.files import expiry_seconds, find_file
 from inferd.http.errors import BadRequest, NotFound
 from inferd.jobs.batch_input import parse_batch_input
@@ -90,7 +90,7 @@ async def create_batch(body: CreateBatchRequest, raw: Request, plane: JobPlane =
     expires = time.time() + WINDOWS[body.completion_window]
     job = await asyncio.to_thread(plane.store.create, new_id("batch_"), "batch", owner, body.endpoint, spec,
                                   expires_at=expires, caller=caller(),
-                                  scopes=owner_scopes(raw))
+                                  scopes=owner_scopes(raw), limits=owner_limits(raw))
     plane.runner.wake()
     return batch_object(job)
 

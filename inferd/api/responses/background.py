@@ -11,7 +11,7 @@ import time
 
 from fastapi import Request
 
-from inferd.api.job_access import caller, get_plane, owner_of, owner_scopes
+from inferd.api.job_access import caller, get_plane, owner_limits, owner_of, owner_scopes
 from inferd.api.responses.protocol import ResponsesRequest
 from inferd.http.errors import BadRequest
 from inferd.jobs.plane import JobPlane
@@ -36,7 +36,7 @@ def check(req: ResponsesRequest) -> None:
 async def queue(state: ServerState, req: ResponsesRequest, raw: Request, response_id: str, queued: dict) -> dict:
     """Stores the queued response and its job; returns the response as the client sees it now."""
     plane = get_plane(raw)
-    owner, scopes = owner_of(raw), owner_scopes(raw)
+    owner, scopes, limits = owner_of(raw), owner_scopes(raw), owner_limits(raw)
     store = state.responses_store
     if store is None:
         raise BadRequest("this server keeps no responses, so it cannot run one in the background", param="background")
@@ -46,7 +46,7 @@ async def queue(state: ServerState, req: ResponsesRequest, raw: Request, respons
     await asyncio.to_thread(store.put, response_id, body, queued, [])
     await asyncio.to_thread(plane.store.create, response_id, "response", owner, ENDPOINT, {}, state="queued",
                             items=[(response_id, body)], caller=caller(),
-                            scopes=scopes)
+                            scopes=scopes, limits=limits)
     plane.runner.wake()
     return queued
 
