@@ -5,8 +5,9 @@ of cross-encoders.
 A batch is packed: the token rows of every sequence one after another, [T, hidden],
 so nothing ever computes padding: the projections and the MLP take all rows at
 once, attention takes each run of equal-length sequences as one block
-(`EncoderBatch`). The projections run oneDNN on a weight reordered at load
-(`Projection`).
+(`EncoderBatch`): short sequences' in one native call (float32 on CPU),
+longer ones' through torch's SDPA. The projections run oneDNN on a weight
+reordered at load (`Projection`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from torch import nn
 
 from inferd.arch.base import WeightLoadError
 from inferd.arch.encoder_projection import Projection
+from inferd.kernels import encoder_attention
 from inferd.models.encoder_config import EncoderConfig
 
 # In place: the MLP's widest tensor is rewritten where it lies.
@@ -121,7 +123,13 @@ class EncoderLayer(nn.Module):
 
     def attention(self, qkv: torch.Tensor, batch: EncoderBatch, out: torch.Tensor) -> torch.Tensor:
         out[sum(batch.lengths):] = 0  # rows past the sequences (padding to a recurring size) attend nothing
-        for start, count, length in batch.groups:
+        groups = batch.groups
+        if encoder_attention.supports(qkv):  # short sequences: one native call for every group and head
+            short = [group for group in groups if group[2] <= encoder_attention.MAX_LENGTH]
+            if short:
+                encoder_attention.encoder_attention(qkv, self.heads, self.head_dim, torch.tensor(short), out)
+            groups = [group for group in groups if group[2] > encoder_attention.MAX_LENGTH]
+        for start, count, length in groups:
             rows = slice(start, start + count * length)
             q, k, v = qkv[rows].view(count, length, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
             o = F.scaled_dot_product_attention(q, k, v)  # [count, H, length, D]
