@@ -21,37 +21,23 @@
 
 #define ENCODER_ATTENTION_MAX_LEN 64
 
+#if !VEC_LANES
 static float dot(const float *a, const float *b, int64_t D) {
-    int64_t d = 0;
     float sum = 0;
-#if VEC_LANES
-    vf acc = vf_zero();
-    for (; d + VEC_LANES <= D; d += VEC_LANES) acc = vf_fmadd(vf_load(a + d), vf_load(b + d), acc);
-    sum = vf_sum(acc);
-#endif
-    for (; d < D; d++) sum += a[d] * b[d];
+    for (int64_t d = 0; d < D; d++) sum += a[d] * b[d];
     return sum;
 }
 
 /* e^(s - top) in place; returns their sum. */
 static float exp_shifted(float *s, int64_t L, float top) {
-    int64_t l = 0;
     float total = 0;
-#if VEC_LANES
-    vf sums = vf_zero(), shift = vf_set1(top);
-    for (; l + VEC_LANES <= L; l += VEC_LANES) {
-        vf e = vf_exp(vf_sub(vf_load(s + l), shift));
-        vf_store(s + l, e);
-        sums = vf_add(sums, e);
-    }
-    total = vf_sum(sums);
-#endif
-    for (; l < L; l++) {
+    for (int64_t l = 0; l < L; l++) {
         s[l] = expf(s[l] - top);
         total += s[l];
     }
     return total;
 }
+#endif
 
 /* out = (sum_l p_l v_l) * scale for one query row. */
 static void sum_values(const float *p, const float *v, int64_t row_stride, int64_t L, int64_t D, float scale,
