@@ -7,6 +7,7 @@ Tolerance: float32 end to end, max |diff| <= 1e-4 on logits of magnitude ~1.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import pytest
@@ -38,6 +39,9 @@ CASES = {
 }
 
 
+_SEQ_IDS = itertools.count()
+
+
 @dataclass(eq=False)
 class Seq:
     """The slice of a Request the runner reads."""
@@ -45,10 +49,19 @@ class Seq:
     num_computed_tokens: int = 0
     block_table: list[int] = field(default_factory=list)
     draft_token_ids: list[int] = field(default_factory=list)
+    request_id: str = field(default_factory=lambda: f"seq-{next(_SEQ_IDS)}")
 
     @property
     def num_tokens(self) -> int:
         return len(self.all_token_ids)
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return self.all_token_ids
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return []
 
 
 def _reference(case: str):
