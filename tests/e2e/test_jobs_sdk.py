@@ -22,6 +22,7 @@ from polling import wait_for
 ADMIN = {"Authorization": f"Bearer {TENANT_ADMIN}"}
 ENDED = ("completed", "failed", "expired", "cancelled")
 LONG = 60  # tokens: long enough on the tiny model that a cancel lands mid-run
+RUN_ON = 400  # tokens: one request a cancel must find still running, whatever the host's speed
 TOO_LONG = "word " * 700  # more than the server's 512-token context: refused when the item runs
 
 
@@ -186,7 +187,7 @@ def test_background_responses(tenant_server, keys):
     assert done.status in ("completed", "incomplete") and done.id == queued.id
     assert done.output_text and done.usage.output_tokens <= 6
 
-    running = c.responses.create(model="tiny", input="Talk", background=True, max_output_tokens=LONG,
+    running = c.responses.create(model="tiny", input="Talk", background=True, max_output_tokens=RUN_ON,
                                  extra_body={"ignore_eos": True})
     assert wait_for(lambda: c.responses.retrieve(running.id).status == "in_progress", 30.0, interval=0.01)
     cancelled = c.responses.cancel(running.id)
