@@ -75,13 +75,16 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             startup_collector.resume()
     if args.command == "router":
-        from inferd.commands.router import run_router
-
+        startup_collector.pause()  # resumed once the router listens, or on any way out
         try:
+            from inferd.commands.router import run_router
+
             return run_router(build(RouterOptions, args))
         except (ValueError, ImportError, OSError) as e:  # bad flags, no etcd client, no tokenizer file
             print(f"inferd router: {e}", file=sys.stderr)
             return 2
+        finally:
+            startup_collector.resume()
     if args.command == "keys":
         return run_keys(args)
     if args.command == "bench":

@@ -1,4 +1,5 @@
-"""Python's cyclic garbage collector held off while `inferd serve` starts.
+"""Python's cyclic garbage collector held off while `inferd serve` (or
+`inferd router`) starts.
 
 Importing torch, FastAPI and the server creates ~360,000 objects the
 collector tracks, nearly all living as long as the process, and it traversed

@@ -13,6 +13,7 @@ import logging
 
 import uvicorn
 
+from inferd import startup_collector
 from inferd.commands.drain import end_unfinished_before
 from inferd.commands.listen import is_loopback
 from inferd.config import RouterOptions
@@ -70,6 +71,7 @@ def run_router(config: RouterOptions) -> int:
             if serving.done():
                 return await serving
             await asyncio.sleep(0.05)
+        startup_collector.resume(freeze=True)  # what start-up built stays, untraversed by collections
         for s in server.servers:
             for sock in s.sockets:
                 host, port = sock.getsockname()[:2]

@@ -1,5 +1,6 @@
-"""The garbage collector is held off while `inferd serve` starts (issue 16:
-warm start), and runs again, with start-up's objects frozen, once it listens."""
+"""The garbage collector is held off while `inferd serve` or `inferd router`
+starts (issue 16: warm start), and runs again, with start-up's objects
+frozen, once it listens."""
 
 from __future__ import annotations
 
@@ -59,10 +60,8 @@ def test_a_serve_that_stops_at_a_check_leaves_the_collector_on(collector_restore
     assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
-def test_a_listening_server_collects_with_its_start_up_frozen(tiny_model_dir, tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+def listening_state(port: int, command: list[str]) -> dict:
+    """The collector's state in a process running `inferd COMMAND`, once it answers /health."""
     script = textwrap.dedent(f"""
         import gc, json, os, sys, threading, time
         import httpx
@@ -71,12 +70,12 @@ def test_a_listening_server_collects_with_its_start_up_frozen(tiny_model_dir, tm
         def watch():
             while True:
                 try:
-                    if httpx.get("http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
+                    if httpx.get("http://127.0.0.1:{port}/health", timeout=5).status_code in (200, 503):
                         break
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.05)
-            for _ in range(600):  # the server resumes collecting once it listens, soon after health answers
+            for _ in range(600):  # collecting resumes once it listens, soon after health answers
                 if gc.isenabled():
                     break
                 time.sleep(0.1)
@@ -85,9 +84,28 @@ def test_a_listening_server_collects_with_its_start_up_frozen(tiny_model_dir, tm
 
         threading.Thread(target=watch, daemon=True).start()
         gc.enable()
-        main(["serve", "--model", {str(tiny_model_dir)!r}, "--port", "{port}", "--data-dir", {str(tmp_path / "data")!r}])
+        main({command!r})
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
-    state = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_listening_router_collects_with_its_start_up_frozen(tmp_path):
+    port = free_port()
+    state = listening_state(port, ["router", "--worker", f"http://127.0.0.1:{free_port()}", "--port", str(port),
+                                   "--data-dir", str(tmp_path / "data")])
+    assert state["enabled"] is True and state["frozen"] > 10_000
+
+
+def test_a_listening_server_collects_with_its_start_up_frozen(tiny_model_dir, tmp_path):
+    port = free_port()
+    state = listening_state(port, ["serve", "--model", str(tiny_model_dir), "--port", str(port),
+                                   "--data-dir", str(tmp_path / "data")])
     assert state["enabled"] is True
     assert state["frozen"] > 10_000  # torch, FastAPI and the app: far more than this
