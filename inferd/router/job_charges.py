@@ -27,6 +27,9 @@ CLAIM_PATH = "/v1/job-charges/claim"  # api/openai/jobs.py CHARGES_PATH
 CLAIM_SECONDS = 2.0
 CLAIM_TIMEOUT = 10.0
 PAGE = 1000
+# A background response's job id is its response id: the router admitted, and counted, the request that
+# queued it, so its run adds tokens but no request.
+COUNTED_AT_QUEUING = ("resp_",)
 
 
 async def claim_charges(state) -> int:
@@ -73,7 +76,8 @@ async def _charge(tenants, charge: dict) -> None:
     except (KeyError, TypeError, ValueError):
         log.warning("a job charge the router cannot read was dropped: %r", charge)
         return
-    tenants.ledger.record(owner, model, day, prompt, completion, cached, bool(charge.get("error")))
+    requests = 0 if str(charge.get("job_id", "")).startswith(COUNTED_AT_QUEUING) else 1
+    tenants.ledger.record(owner, model, day, prompt, completion, cached, bool(charge.get("error")), requests)
     try:
         key = tenants.ring.get(owner)
     except KeyNotFound:  # removed since: its usage is kept under its name all the same

@@ -22,8 +22,10 @@ class Ledger:
         self._pending: dict[tuple[str, str, str], list[int]] = {}
         self._kept: dict[tuple[str, str, str], list[int]] = {}  # without a store: everything
 
-    def record(self, key: str, model: str, day: str, prompt: int, completion: int, cached: int, error: bool) -> None:
-        add = (1, prompt, completion, cached, int(error))
+    def record(self, key: str, model: str, day: str, prompt: int, completion: int, cached: int, error: bool,
+               requests: int = 1) -> None:
+        """`requests`: 0 for tokens of a request counted already (a background response's run)."""
+        add = (requests, prompt, completion, cached, int(error))
         where = (key, model, day)
         with self._lock:
             for table in (self._pending,) if self.store is not None else (self._pending, self._kept):

@@ -286,6 +286,7 @@ def test_a_background_response_is_charged_what_its_run_used(router, workers):
     usage = done["usage"]
     # The queued answer is charged nothing (its estimate would count the prompt twice); the run its tokens.
     assert (after[0] - before[0], after[1] - before[1]) == (usage["input_tokens"], usage["output_tokens"])
+    assert after[2] - before[2] == 1  # the request that queued it; its run adds no second one
 
 
 def test_batch_items_are_held_to_the_callers_model_scopes(router, workers):
