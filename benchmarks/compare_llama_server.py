@@ -94,6 +94,7 @@ class Server:
     argv: list[str]
     port: int
     env: dict = field(default_factory=dict)
+    unset: tuple[str, ...] = ()  # variables of this environment the process starts without
     proc: subprocess.Popen | None = None
     log: Path | None = None
 
@@ -106,7 +107,8 @@ class Server:
         fd, log = tempfile.mkstemp(prefix=f"{self.name}-", suffix=".log")
         self.log = Path(log)
         started = time.perf_counter()
-        self.proc = subprocess.Popen(self.argv, stdout=fd, stderr=subprocess.STDOUT, env={**os.environ, **self.env})
+        env = {k: v for k, v in os.environ.items() if k not in self.unset}
+        self.proc = subprocess.Popen(self.argv, stdout=fd, stderr=subprocess.STDOUT, env={**env, **self.env})
         os.close(fd)
         while time.perf_counter() - started < timeout:
             if self.proc.poll() is not None:
@@ -140,7 +142,10 @@ def make_servers(llama_server: Path, gguf: str, threads: int, parallel: int, ctx
     inferd_port, llama_port = free_port(), free_port()
     inferd = Server("inferd", [sys.executable, "-m", "inferd.cli", "serve", "--port", str(inferd_port),
                                "--threads", str(threads), "--parallel", str(parallel), "--ctx-size", str(ctx),
-                               "--weights", weights], inferd_port, env={"INFERD_ISA": isa_build} if isa_build else {})
+                               "--weights", weights], inferd_port, env={"INFERD_ISA": isa_build} if isa_build else {},
+                    # Its bytecode written on the first start, as an installed package has it, so the warm
+                    # start does not compile inferd's sources again where PYTHONDONTWRITEBYTECODE is set.
+                    unset=("PYTHONDONTWRITEBYTECODE",))
     # llama-server splits -c across its slots; give each slot inferd's per-sequence context.
     llama = Server("llama-server", [str(llama_server), "-m", gguf, "--host", "127.0.0.1", "--port", str(llama_port),
                                     "-t", str(threads), "-np", str(parallel), "-c", str(ctx * parallel),
