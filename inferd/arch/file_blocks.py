@@ -20,11 +20,13 @@ from inferd.arch.quantized_linear import QuantizedLinear
 from inferd.kernels import gguf_gemv
 
 FORMATS = tuple(gguf_gemv.BLOCKS)
-# Rows from which the dense weight is faster than the file's blocks. Measured
-# on whole decode steps of the bundled model, 2-core AVX-512 BF16 CPU: see
-# BENCHMARKS.md ("GGUF blocks").
-LAYER_DENSE_FROM = 2
-HEAD_DENSE_FROM = 6
+# Rows from which the dense weight is faster than the file's blocks in tiles.
+# Measured on whole decode steps of the bundled model, 2-core AVX-512 BF16
+# CPU: see BENCHMARKS.md ("Tiles"). The head's tiles beat its dense bf16 copy
+# (twice the bytes) up to two passes of the kernel, so at --parallel 8 that
+# copy is never read and its pages never loaded.
+LAYER_DENSE_FROM = 5
+HEAD_DENSE_FROM = 2 * gguf_gemv.MAX_ROWS + 1
 # In float32 (a CPU without native bf16) a dense copy is twice the bytes and
 # the head's would be the whole tied embedding in float32 (670 MB for the
 # bundled model): the head keeps none, and the layers go dense only past what

@@ -1,7 +1,9 @@
 """A projection computed from a GGUF file's own quantized blocks.
 
 Decode steps (a few rows) run `inferd.kernels.gguf_gemv` over the file's
-bytes: the weights are exactly the file's, read at their stored size. A
+bytes: the weights are exactly the file's, read at their stored size
+(reordered into tiles of 8 rows at load where the rows fill them,
+`gguf_gemv.to_tiles`). A
 fused projection (Q, K and V; gate and up) may mix block formats, so it keeps
 one part per source tensor, each writing its own columns of the output.
 Prefill, bound by compute rather than bytes, uses the dense weight (the
@@ -31,8 +33,8 @@ class GGUFLinear(nn.Module):
         self.formats = [block_format for block_format, _ in parts]
         self.out_features = sum(rows for _, rows in parts)
         for i, (block_format, rows) in enumerate(parts):
-            self.register_buffer(f"raw{i}", torch.empty(rows, gguf_gemv.row_bytes(block_format, in_features),
-                                                        dtype=torch.uint8))
+            size = (gguf_gemv.tiled_row_bytes if gguf_gemv.tiled(block_format, rows) else gguf_gemv.row_bytes)
+            self.register_buffer(f"raw{i}", torch.empty(rows, size(block_format, in_features), dtype=torch.uint8))
         self.bias = nn.Parameter(torch.empty(self.out_features, dtype=dtype), requires_grad=False) if bias else None
         self.dense_from_rows = dense_from_rows
         dense = None if dense_from_rows is None else torch.empty(self.out_features, in_features, dtype=dtype)
@@ -47,8 +49,9 @@ class GGUFLinear(nn.Module):
         with torch.device("meta"):
             layer = cls(dense.shape[1], [(block_format, raw.shape[0]) for block_format, raw in raws], dtype,
                         bias is not None, dense_from_rows)
-        for i, (_, raw) in enumerate(raws):
-            setattr(layer, f"raw{i}", raw)
+        for i, (block_format, raw) in enumerate(raws):
+            setattr(layer, f"raw{i}", gguf_gemv.to_tiles(block_format, raw) if gguf_gemv.tiled(block_format, raw.shape[0])
+                    else raw)
         if bias is not None:
             layer.bias = nn.Parameter(bias.to(dtype), requires_grad=False)
         if dense_from_rows is not None:
@@ -71,7 +74,8 @@ class GGUFLinear(nn.Module):
     def _blocks(self, x: torch.Tensor) -> torch.Tensor:
         if self._parts is None:
             raws = [(block_format, getattr(self, f"raw{i}")) for i, block_format in enumerate(self.formats)]
-            self._parts = gguf_gemv.Parts(raws, self.in_features)
+            self._parts = gguf_gemv.Parts(raws, self.in_features,
+                                          [gguf_gemv.tiled(block_format, raw.shape[0]) for block_format, raw in raws])
         return gguf_gemv.matmul(x, self._parts, self.bias, self.kernel_out_dtype)
 
     def extra_repr(self) -> str:

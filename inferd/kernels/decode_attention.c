@@ -70,7 +70,7 @@ static void softmax_vector(float *scores, int heads, int64_t L) {
         }
         total = vf_sum(sums);
         for (; l < L; l++) {
-            s[l] = isinf(s[l]) ? 0.0f : expf(s[l] - top);
+            s[l] = isinf(s[l]) ? 0.0f : f_exp(s[l] - top);
             total += s[l];
         }
         const vf inv = vf_set1(1.0f / total);
@@ -136,7 +136,7 @@ static void softmax(float *scores, int heads, const float *mask, int64_t L) {
         for (int64_t l = 0; l < L; l++)
             if (!isinf(mask[l]) && s[l] > top) top = s[l];
         for (int64_t l = 0; l < L; l++) {
-            s[l] = isinf(mask[l]) ? 0.0f : expf(s[l] - top);
+            s[l] = isinf(mask[l]) ? 0.0f : f_exp(s[l] - top);
             total += s[l];
         }
         float inv = total > 0 ? 1.0f / total : 0.0f; /* a fully masked row (never built) gives zeros */

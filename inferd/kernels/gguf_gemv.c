@@ -39,59 +39,10 @@
 #define VECTORIZED 0
 #endif
 
-#define GROUP 32
-#define MAX_ROWS 8
-/* Row functions are inlined with a constant M (see `products`), so their loops
- * over activation rows unroll and the accumulators stay in registers. */
-#define INLINE static inline __attribute__((always_inline))
-
-enum { Q4_0 = 2, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
+#include "gguf_common.h"
+#include "gguf_tiles.h"
 
 int inferd_gguf_gemv_vectorized(void) { return VECTORIZED; }
-
-/* Activation rows quantized per group: q [M][K], d and sum (of q) [M][K/32]. */
-typedef struct {
-    int8_t *q;
-    float *d;
-    int32_t *sum;
-    int64_t K, groups;
-    int M;
-} Acts;
-
-/* One input of bf16 or float32 activations (or bias). */
-static inline float input_at(const void *x, int is_float, int64_t i) {
-    return is_float ? ((const float *)x)[i] : bf16_to_float(((const uint16_t *)x)[i]);
-}
-
-static int quantize_rows(const void *x, int x_is_float, int M, int64_t K, Acts *a) {
-    a->K = K, a->M = M, a->groups = K / GROUP;
-    a->q = aligned_alloc(64, (size_t)((M * K + 63) / 64 * 64));
-    a->d = malloc((size_t)(M * a->groups) * sizeof(float));
-    a->sum = malloc((size_t)(M * a->groups) * sizeof(int32_t));
-    if (!a->q || !a->d || !a->sum) return -1;
-    for (int64_t g = 0; g < M * a->groups; g++) {
-        float v[GROUP], amax = 0;
-        for (int j = 0; j < GROUP; j++) {
-            v[j] = input_at(x, x_is_float, g * GROUP + j);
-            amax = fmaxf(amax, fabsf(v[j]));
-        }
-        float d = amax / 127.0f, inv = d > 0 ? 1.0f / d : 0.0f;
-        int32_t sum = 0;
-        for (int j = 0; j < GROUP; j++) {
-            int8_t q = (int8_t)lrintf(v[j] * inv);
-            a->q[g * GROUP + j] = q;
-            sum += q;
-        }
-        a->d[g] = d, a->sum[g] = sum;
-    }
-    return 0;
-}
-
-static void free_rows(Acts *a) { free(a->q), free(a->d), free(a->sum); }
-
-static inline const int8_t *act_q(const Acts *a, int m, int64_t g) { return a->q + m * a->K + g * GROUP; }
-static inline float act_d(const Acts *a, int m, int64_t g) { return a->d[m * a->groups + g]; }
-static inline int32_t act_sum(const Acts *a, int m, int64_t g) { return a->sum[m * a->groups + g]; }
 
 /* Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes. */
 static inline void scale_min_k4(int j, const uint8_t *s, int *scale, int *min) {
@@ -375,6 +326,9 @@ INLINE void products(int type, const uint8_t *w, int64_t stride, int64_t N, cons
     }
 }
 
+/* Parts held in tiles (gguf_tiles.h) carry this flag beside their type. */
+#define TILED 0x100
+
 /* y = x @ W.T where W is `parts` matrices stacked by rows (a fused projection
  * whose tensors may differ in format), each with its own type, bytes and row
  * count; the activations are quantized once for all of them.
@@ -383,8 +337,10 @@ int inferd_gguf_gemv(int parts, const int *types, const uint8_t *const *ws, cons
                      const void *x, int64_t M, const void *bias, int in_is_float, void *y, int y_is_float) {
     int64_t ldy = 0;
     for (int p = 0; p < parts; p++) {
-        const int64_t block = types[p] == Q4_K || types[p] == Q5_K || types[p] == Q6_K ? 256 : 32;
-        if (row_bytes(types[p], K) < 0 || K % block) return -2;
+        const int type = types[p] & ~TILED;
+        const int64_t block = type == Q4_K || type == Q5_K || type == Q6_K ? 256 : 32;
+        if (row_bytes(type, K) < 0 || K % block || (types[p] & TILED && !inferd_gguf_tiled(type, rows_of[p])))
+            return -2;
         ldy += rows_of[p];
     }
     if (M < 1) return -2;
@@ -398,21 +354,24 @@ int inferd_gguf_gemv(int parts, const int *types, const uint8_t *const *ws, cons
         }
         int64_t col = 0;
         for (int p = 0; p < parts; p++) {
-            const int type = types[p];
+            const int type = types[p] & ~TILED;
             const int64_t N = rows_of[p], stride = row_bytes(type, K);
             const void *b = !bias ? NULL : in_is_float ? (const void *)((const float *)bias + col)
                                                          : (const void *)((const uint16_t *)bias + col);
             void *out = y_is_float ? (void *)((float *)y + col) : (void *)((uint16_t *)y + col);
+#define CALL(R) (types[p] & TILED ? tile_products(type, ws[p], N, &a, R, b, in_is_float, out, ldy, y_is_float, m0) \
+                                  : products(type, ws[p], stride, N, &a, R, b, in_is_float, out, ldy, y_is_float, m0))
             switch (rows) {
-            case 1: products(type, ws[p], stride, N, &a, 1, b, in_is_float, out, ldy, y_is_float, m0); break;
-            case 2: products(type, ws[p], stride, N, &a, 2, b, in_is_float, out, ldy, y_is_float, m0); break;
-            case 3: products(type, ws[p], stride, N, &a, 3, b, in_is_float, out, ldy, y_is_float, m0); break;
-            case 4: products(type, ws[p], stride, N, &a, 4, b, in_is_float, out, ldy, y_is_float, m0); break;
-            case 5: products(type, ws[p], stride, N, &a, 5, b, in_is_float, out, ldy, y_is_float, m0); break;
-            case 6: products(type, ws[p], stride, N, &a, 6, b, in_is_float, out, ldy, y_is_float, m0); break;
-            case 7: products(type, ws[p], stride, N, &a, 7, b, in_is_float, out, ldy, y_is_float, m0); break;
-            default: products(type, ws[p], stride, N, &a, 8, b, in_is_float, out, ldy, y_is_float, m0); break;
+            case 1: CALL(1); break;
+            case 2: CALL(2); break;
+            case 3: CALL(3); break;
+            case 4: CALL(4); break;
+            case 5: CALL(5); break;
+            case 6: CALL(6); break;
+            case 7: CALL(7); break;
+            default: CALL(8); break;
             }
+#undef CALL
             col += N;
         }
         free_rows(&a);

@@ -4,6 +4,11 @@ A weight is the file's bytes for its rows, [N, bytes per row] uint8, in one
 of the block formats below; the product quantizes activations to int8 per
 group of 32 inputs and sums exact integer products per block, as llama.cpp
 does. Meant for decode steps: up to eight rows per pass over the weights.
+
+Tensors whose rows fill tiles of 8 (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K) are held
+in tiles (`to_tiles`, gguf_tiles.h): the file's values and scales reordered
+at load so that one vector op sums 8 output rows, up to 2-3 times faster
+than a row at a time.
 """
 
 from __future__ import annotations
@@ -26,13 +31,17 @@ BLOCKS = {
     "Q6_K": (14, 256, 210),
 }
 MAX_ROWS = 8  # activation rows applied per pass over the weights
+TILE = 8  # output rows per tile
+TILE_FORMATS = ("Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q6_K")
+_TILED = 0x100  # beside a part's type: its bytes are tiles
 
 
 @functools.cache
 def library(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
     return load_kernel(Path(__file__).with_name("gguf_gemv.c"), extra_flags,
                        inferd_gguf_gemv=([INT, PTR, PTR, PTR, I64, PTR, I64, PTR, INT, PTR, INT], INT),
-                       inferd_gguf_gemv_vectorized=([], INT))
+                       inferd_gguf_gemv_vectorized=([], INT),
+                       inferd_gguf_to_tiles=([INT, PTR, I64, I64, PTR], INT))
 
 
 def available() -> bool:
@@ -49,14 +58,42 @@ def row_bytes(block_format: str, in_features: int) -> int:
     return in_features // size * nbytes
 
 
+def tiled(block_format: str, rows: int) -> bool:
+    """A tensor of this format and row count is held in tiles."""
+    return block_format in TILE_FORMATS and rows % TILE == 0
+
+
+def tiled_row_bytes(block_format: str, in_features: int) -> int:
+    """A row's bytes in tiles: the file's, but for Q4_K, whose 6-bit scales are unpacked (148 bytes for 144)."""
+    return in_features // 256 * 148 if block_format == "Q4_K" else row_bytes(block_format, in_features)
+
+
+def to_tiles(block_format: str, raw: torch.Tensor, lib: ctypes.CDLL | None = None) -> torch.Tensor:
+    """The file's rows [N, bytes per row] reordered into tiles [N, tiled_row_bytes]."""
+    if not tiled(block_format, raw.shape[0]) or raw.dtype != torch.uint8 or raw.dim() != 2:
+        raise ValueError(f"a {block_format} tensor of shape {tuple(raw.shape)} is not held in tiles")
+    raw = raw.contiguous()
+    in_features = raw.shape[1] // BLOCKS[block_format][2] * BLOCKS[block_format][1]
+    out = torch.empty(raw.shape[0], tiled_row_bytes(block_format, in_features), dtype=torch.uint8)
+    if (lib or library()).inferd_gguf_to_tiles(BLOCKS[block_format][0], raw.data_ptr(), raw.shape[0], in_features,
+                                               out.data_ptr()):
+        raise ValueError(f"the kernel cannot tile a {block_format} tensor of shape {tuple(raw.shape)}")
+    return out
+
+
 class Parts:
     """The matrices of one projection, stacked by rows: their formats and the
-    file's bytes, held as the arrays the kernel takes."""
+    file's bytes (each in the file's row order, or in tiles where `in_tiles`
+    says), held as the arrays the kernel takes."""
 
-    def __init__(self, parts: list[tuple[str, torch.Tensor]], in_features: int):
-        for block_format, raw in parts:
+    def __init__(self, parts: list[tuple[str, torch.Tensor]], in_features: int, in_tiles: list[bool] | None = None):
+        in_tiles = in_tiles or [False] * len(parts)
+        for (block_format, raw), tiles in zip(parts, in_tiles, strict=True):
+            if tiles and not tiled(block_format, raw.shape[0]):
+                raise ValueError(f"a {block_format} weight of {raw.shape[0]} rows is not held in tiles")
+            size = (tiled_row_bytes if tiles else row_bytes)(block_format, in_features)
             if not supports(block_format, in_features) or raw.dtype != torch.uint8 or raw.dim() != 2 \
-                    or raw.shape[1] != row_bytes(block_format, in_features):
+                    or raw.shape[1] != size:
                 raise ValueError(f"a {block_format} weight of shape {tuple(raw.shape)} does not take "
                                  f"{in_features} inputs")
         self.in_features = in_features
@@ -64,7 +101,8 @@ class Parts:
         self.raws = [raw.contiguous() for _, raw in parts]  # kept alive: the kernel reads their memory
         n = len(parts)
         self.count = n
-        self.types = (ctypes.c_int * n)(*(BLOCKS[block_format][0] for block_format, _ in parts))
+        self.types = (ctypes.c_int * n)(*(BLOCKS[block_format][0] | (_TILED if tiles else 0)
+                                          for (block_format, _), tiles in zip(parts, in_tiles)))
         self.pointers = (ctypes.c_void_p * n)(*(raw.data_ptr() for raw in self.raws))
         self.rows = (ctypes.c_int64 * n)(*(raw.shape[0] for raw in self.raws))
 

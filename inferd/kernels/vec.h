@@ -4,7 +4,7 @@
  *
  * vf_exp is e^x by 2^n * 2^f with |f| <= 1/2 and 2^f by its degree-6 Taylor
  * polynomial (relative error under 2e-7, below float32's step); overflow
- * gives inf, underflow 0. vf_store_bf16 rounds to nearest even as torch does.
+ * gives inf, underflow 0; f_exp is the same for one value. vf_store_bf16 rounds to nearest even as torch does.
  */
 #ifndef INFERD_VEC_H
 #define INFERD_VEC_H
@@ -110,6 +110,22 @@ static inline vf vf_round_bf16(vf v) { return _mm256_castsi256_ps(_mm256_slli_ep
 #else
 #define VEC_LANES 0
 #endif
+
+#include <math.h>
+
+/* vf_exp for one value, the same operations in the same order, so scalar
+ * tails and the portable path compute what a vector lane does. */
+static inline float f_exp(float x) {
+    float t = fmaxf(x, -104.0f) * 1.44269504088896341f, n = rintf(t), f = (t - n) * 0.693147180559945309f;
+    float p = 1.0f / 720;
+    p = fmaf(p, f, 1.0f / 120);
+    p = fmaf(p, f, 1.0f / 24);
+    p = fmaf(p, f, 1.0f / 6);
+    p = fmaf(p, f, 0.5f);
+    p = fmaf(p, f, 1.0f);
+    p = fmaf(p, f, 1.0f);
+    return ldexpf(p, (int)fminf(n, 128.0f));
+}
 
 #if VEC_LANES
 static inline vf vf_exp(vf x) {

@@ -1,6 +1,7 @@
 """Products over a GGUF file's own blocks match a float64 model of them on
-every build this CPU can run: the file's dequantized weights (gguf.quants,
-the reference implementation) times the activations quantized per group of 32."""
+every build this CPU can run, in the file's row order and in tiles: the
+file's dequantized weights (gguf.quants, the reference implementation) times
+the activations quantized per group of 32."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from gguf import GGMLQuantizationType, quants
 from inferd.kernels import gguf_gemv, isa
 
 FORMATS = list(gguf_gemv.BLOCKS)
+LAYOUTS = [(block_format, "rows") for block_format in FORMATS] + \
+    [(block_format, "tiles") for block_format in gguf_gemv.TILE_FORMATS]
 K_SCALE_OFFSETS = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}  # where each block's fp16 d (and dmin) sit
 
 
@@ -42,8 +45,11 @@ def file_rows(block_format: str, n: int, k: int, seed: int = 0) -> tuple[np.ndar
     return raw, quants.dequantize(raw, qtype).astype(np.float64)
 
 
-def product(x: torch.Tensor, raw: np.ndarray, block_format: str, lib=None) -> np.ndarray:
-    parts = gguf_gemv.Parts([(block_format, torch.from_numpy(raw))], x.shape[1])
+def product(x: torch.Tensor, raw: np.ndarray, block_format: str, lib=None, layout: str = "rows") -> np.ndarray:
+    weights = torch.from_numpy(raw)
+    if layout == "tiles":
+        weights = gguf_gemv.to_tiles(block_format, weights, lib=lib)
+    parts = gguf_gemv.Parts([(block_format, weights)], x.shape[1], [layout == "tiles"])
     return gguf_gemv.matmul(x, parts, out_dtype=torch.float32, lib=lib).double().numpy()
 
 
@@ -55,15 +61,15 @@ def quantized_activations(x: torch.Tensor) -> np.ndarray:
     return (np.rint(v * inv).astype(np.float64) * d.astype(np.float64)).reshape(x.shape)
 
 
-@pytest.mark.parametrize("block_format", FORMATS)
+@pytest.mark.parametrize("block_format,layout", LAYOUTS)
 @pytest.mark.parametrize("rows", [1, 3, 8, 11])
-def test_products_match_the_file_dequantized(build, block_format, rows):
+def test_products_match_the_file_dequantized(build, block_format, layout, rows):
     _, lib = build
     k = 512
     raw, dense = file_rows(block_format, 40, k)
     x = (torch.randn(rows, k, generator=torch.Generator().manual_seed(rows)) * 2).to(torch.bfloat16)
     x[0, :64] = 0  # groups of zeros quantize with a zero scale
-    got = product(x, raw, block_format, lib=lib)
+    got = product(x, raw, block_format, lib=lib, layout=layout)
     xq = quantized_activations(x)
     want = xq @ dense.T
     bound = np.abs(xq) @ np.abs(dense).T * 2e-6 + 1e-7
@@ -73,11 +79,12 @@ def test_products_match_the_file_dequantized(build, block_format, rows):
 
 
 @pytest.mark.parametrize("block_format", ["Q8_0", "Q5_0", "Q4_0"])
-def test_blocks_of_32_take_widths_that_are_not_multiples_of_256(build, block_format):
+@pytest.mark.parametrize("layout", ["rows", "tiles"])
+def test_blocks_of_32_take_widths_that_are_not_multiples_of_256(build, block_format, layout):
     _, lib = build
     raw, dense = file_rows(block_format, 16, 96, seed=1)
     x = torch.randn(2, 96, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)
-    got = product(x, raw, block_format, lib=lib)
+    got = product(x, raw, block_format, lib=lib, layout=layout)
     np.testing.assert_allclose(got, quantized_activations(x) @ dense.T, rtol=1e-5, atol=1e-6)
 
 
@@ -124,6 +131,39 @@ def test_every_build_gives_the_same_products_up_to_summation_order():
         assert torch.all((result - first).abs() <= bound), f"{name} differs"
 
 
+@pytest.mark.parametrize("block_format", gguf_gemv.TILE_FORMATS)
+def test_tiles_give_every_build_the_same_bits_and_a_row_the_same_bits_alone_or_in_a_batch(block_format):
+    """Integer sums and the same float operations on every path: a greedy
+    decode does not change with the build, nor a row with the rows beside it."""
+    raw, _ = file_rows(block_format, 24, 512, seed=12)
+    tiles = gguf_gemv.to_tiles(block_format, torch.from_numpy(raw))
+    parts = gguf_gemv.Parts([(block_format, tiles)], 512, [True])
+    x = torch.randn(11, 512, generator=torch.Generator().manual_seed(13))
+    results = {name: gguf_gemv.matmul(x, parts, out_dtype=torch.float32,
+                                      lib=gguf_gemv.library(tuple(isa.march_flags(name))))
+               for name in isa.runnable()}
+    first = next(iter(results.values()))
+    for name, result in results.items():
+        assert torch.equal(result, first), f"{name} differs"
+    for row in (0, 5, 10):
+        assert torch.equal(gguf_gemv.matmul(x[row:row + 1], parts, out_dtype=torch.float32)[0], first[row])
+
+
+def test_tiles_hold_the_files_bytes_reordered():
+    raw, _ = file_rows("Q8_0", 16, 64, seed=14)
+    tiles = gguf_gemv.to_tiles("Q8_0", torch.from_numpy(raw))
+    assert tiles.shape == raw.shape and not torch.equal(tiles, torch.from_numpy(raw))
+    assert torch.equal(tiles.flatten().sort().values, torch.from_numpy(raw).flatten().sort().values)
+    assert gguf_gemv.tiled_row_bytes("Q4_K", 512) == 2 * 148 and gguf_gemv.tiled_row_bytes("Q6_K", 512) == 2 * 210
+    assert not gguf_gemv.tiled("Q8_0", 12) and not gguf_gemv.tiled("Q5_K", 16) and gguf_gemv.tiled("Q6_K", 16)
+    with pytest.raises(ValueError, match="not held in tiles"):
+        gguf_gemv.to_tiles("Q8_0", torch.from_numpy(raw[:12]))
+    with pytest.raises(ValueError, match="12 rows is not held in tiles"):
+        gguf_gemv.Parts([("Q8_0", torch.from_numpy(raw[:12]))], 64, [True])
+    with pytest.raises(ValueError, match="does not take 256 inputs"):  # tiled Q4_K rows are 148 bytes, not 144
+        gguf_gemv.Parts([("Q4_K", torch.zeros(8, 144, dtype=torch.uint8))], 256, [True])
+
+
 def test_shapes_and_dtypes_the_kernel_cannot_take_are_refused():
     raw, _ = file_rows("Q4_K", 16, 256)
     with pytest.raises(ValueError, match="does not take 128 inputs"):
@@ -155,11 +195,14 @@ def test_the_bundled_files_own_rows():
 
 
 def test_parts_of_a_fused_layer_write_their_own_columns(build):
+    """Tiled and untiled parts side by side (a part whose rows do not fill tiles keeps the file's order)."""
     _, lib = build
     (q, q_dense), (v, v_dense) = file_rows("Q5_0", 32, 256, seed=7), file_rows("Q6_K", 16, 256, seed=8)
+    k, k_dense = file_rows("Q4_K", 12, 256, seed=15)
     x = torch.randn(3, 256, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16)
-    parts = gguf_gemv.Parts([("Q5_0", torch.from_numpy(q)), ("Q6_K", torch.from_numpy(v))], 256)
-    bias = torch.arange(48).to(torch.bfloat16)
+    parts = gguf_gemv.Parts([("Q5_0", gguf_gemv.to_tiles("Q5_0", torch.from_numpy(q))), ("Q4_K", torch.from_numpy(k)),
+                             ("Q6_K", gguf_gemv.to_tiles("Q6_K", torch.from_numpy(v)))], 256, [True, False, True])
+    bias = torch.arange(60).to(torch.bfloat16)
     got = gguf_gemv.matmul(x, parts, bias=bias, out_dtype=torch.float32, lib=lib).double().numpy()
-    want = quantized_activations(x) @ np.concatenate([q_dense, v_dense]).T + np.arange(48)
+    want = quantized_activations(x) @ np.concatenate([q_dense, k_dense, v_dense]).T + np.arange(60)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,442 @@
+/* Q8_0, Q4_0, Q5_0, Q4_K and Q6_K weights in tiles of 8 output rows: the
+ * file's values and scales unchanged, reordered at load so that one 32-byte
+ * vector holds 4 consecutive weights of each of the 8 rows. A dot product
+ * with 4 activation bytes broadcast to every lane then sums 8 rows at once,
+ * one per int32 lane, and a tile's 8 outputs leave as one vector: no
+ * horizontal sums, no per-row unpacking (llama.cpp's repacked layouts work
+ * the same way).
+ *
+ * A tile is the row's groups of 32 weights in order; each group of a tile:
+ *   16 bytes: the 8 rows' fp16 scales d
+ *   Q8_0: 256 bytes, chunk c (0..7) = for each row r, its weights 4c..4c+3
+ *   Q5_0: 32 bytes of fifth bits, byte 4r+j bit c = the fifth bit of weight 4c+j of row r
+ *   Q4_0, Q5_0: 128 bytes of nibbles, pair p (0..3) = for each row r, the file's
+ *         nibble bytes 4p..4p+3 (low nibbles: weights 4p.., high: 16+4p..)
+ * so a tile group takes 8 times a row block's bytes, and a tiled tensor the file's size.
+ * Q4_K and Q6_K tiles go by blocks of 256 weights:
+ *   Q4_K: 16 bytes d, 16 bytes dmin, 64 bytes of scales and 64 of mins (sub-block j's
+ *         for the 8 rows at 8j..8j+7, unpacked from 6 bits), 1024 bytes of nibbles:
+ *         (pair p, step i) = for each row, the file's bytes 32p+4i..+3 (low nibbles:
+ *         sub-block 2p, high: 2p+1); 148 bytes a row where the file has 144
+ *   Q6_K: 16 bytes d, 128 bytes of int8 scales (sub-block s of 16 at 8s), 1024 bytes
+ *         of ql (half h, offset q, step i) = each row's ql bytes 64h+32q+4i..+3, 512 bytes
+ *         of qh (half h, step i) = each row's qh bytes 32h+4i..+3; the file's 210 a row
+ *
+ * Sums are exact integers and the scaling the same float operations on every
+ * path (AVX-512 VNNI or AVX-VNNI, AVX2, portable), so every build gives the
+ * same bits.
+ */
+#ifndef INFERD_GGUF_TILES_H
+#define INFERD_GGUF_TILES_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "gguf_common.h"
+#include "half.h"
+
+#define TILE 8
+
+#if defined(__AVX2__) && defined(__FMA__)
+#define TILES_VECTORIZED 1
+#include <immintrin.h>
+#else
+#define TILES_VECTORIZED 0
+#endif
+
+/* A tensor is held in tiles when its format has a tiled kernel and its rows fill whole tiles. */
+int inferd_gguf_tiled(int type, int64_t rows) {
+    return (type == Q8_0 || type == Q4_0 || type == Q5_0 || type == Q4_K || type == Q6_K) && rows % TILE == 0;
+}
+
+static int is_k(int type) { return type == Q4_K || type == Q6_K; }
+
+/* Bytes of one tile group: 32 weights of 8 rows, or 256 for the K formats. */
+static int tile_group_bytes(int type) {
+    switch (type) {
+    case Q8_0: return 8 * 34;
+    case Q5_0: return 8 * 22;
+    case Q4_0: return 8 * 18;
+    case Q4_K: return 8 * 148;
+    default: return 8 * 210;
+    }
+}
+
+/* A row's bytes in tiles (the file's, but for Q4_K's unpacked scales). */
+int64_t inferd_gguf_tiled_row_bytes(int type, int64_t K) { return K / (is_k(type) ? 256 : GROUP) * tile_group_bytes(type) / TILE; }
+
+/* Q4_K's 6-bit scale and min of sub-block j (0..7) from its 12 packed bytes. */
+static inline void unpack_k4_scale(int j, const uint8_t *s, uint8_t *scale, uint8_t *min) {
+    if (j < 4) {
+        *scale = s[j] & 63, *min = s[j + 4] & 63;
+    } else {
+        *scale = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
+        *min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* One row's block of 256 into its place in a K tile. */
+static void tile_k_block(int type, const uint8_t *blk, int r, uint8_t *out) {
+    if (type == Q4_K) {
+        memcpy(out + 2 * r, blk, 2), memcpy(out + 16 + 2 * r, blk + 2, 2);
+        for (int j = 0; j < 8; j++) unpack_k4_scale(j, blk + 4, out + 32 + 8 * j + r, out + 96 + 8 * j + r);
+        for (int p = 0; p < 4; p++)
+            for (int i = 0; i < 8; i++) memcpy(out + 160 + 256 * p + 32 * i + 4 * r, blk + 16 + 32 * p + 4 * i, 4);
+        return;
+    }
+    memcpy(out + 2 * r, blk + 208, 2);
+    for (int sub = 0; sub < 16; sub++) out[16 + 8 * sub + r] = blk[192 + sub];
+    for (int h = 0; h < 2; h++) {
+        for (int i = 0; i < 8; i++) {
+            for (int q = 0; q < 2; q++) memcpy(out + 144 + 512 * h + 256 * q + 32 * i + 4 * r, blk + 64 * h + 32 * q + 4 * i, 4);
+            memcpy(out + 1168 + 256 * h + 32 * i + 4 * r, blk + 128 + 32 * h + 4 * i, 4);
+        }
+    }
+}
+
+/* file rows [N][row bytes] -> tiles, the same number of bytes. 0, or -2 if not tiled. */
+int inferd_gguf_to_tiles(int type, const uint8_t *src, int64_t N, int64_t K, uint8_t *dst) {
+    const int64_t block = is_k(type) ? 256 : GROUP;
+    if (!inferd_gguf_tiled(type, N) || K % block) return -2;
+    const int64_t groups = K / block, tiles = N / TILE;
+    const int64_t size = type == Q4_K ? 144 : type == Q6_K ? 210 : tile_group_bytes(type) / TILE; /* the file's */
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < tiles; t++) {
+        for (int64_t g = 0; g < groups; g++) {
+            uint8_t *out = dst + (t * groups + g) * tile_group_bytes(type);
+            for (int r = 0; r < TILE; r++) {
+                const uint8_t *blk = src + (t * TILE + r) * groups * size + g * size;
+                if (is_k(type)) {
+                    tile_k_block(type, blk, r, out);
+                    continue;
+                }
+                memcpy(out + 2 * r, blk, 2);
+                if (type == Q8_0) {
+                    for (int c = 0; c < 8; c++) memcpy(out + 16 + 32 * c + 4 * r, blk + 2 + 4 * c, 4);
+                    continue;
+                }
+                const uint8_t *nibbles = blk + size - 16;
+                uint8_t *tiled = out + (type == Q5_0 ? 48 : 16);
+                for (int p = 0; p < 4; p++) memcpy(tiled + 32 * p + 4 * r, nibbles + 4 * p, 4);
+                if (type == Q5_0) {
+                    uint32_t high;
+                    memcpy(&high, blk + 2, 4);
+                    for (int j = 0; j < 4; j++) {
+                        uint8_t bits = 0;
+                        for (int c = 0; c < 8; c++) bits |= (uint8_t)(((high >> (4 * c + j)) & 1) << c);
+                        out[16 + 4 * r + j] = bits;
+                    }
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+#if TILES_VECTORIZED
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+#define TILES_VNNI 1
+#else
+#define TILES_VNNI 0
+#endif
+
+/* sums + the dots of u's 4 unsigned bytes per lane with s's 4 signed ones (u <= 127 without VNNI: no saturation). */
+static inline __m256i tile_dot(__m256i sums, __m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(sums, u, s);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(sums, u, s);
+#else
+    return _mm256_add_epi32(sums, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+/* The same for signed weights w: with VNNI as w + 128 (the caller subtracts 128 times the
+ * activations' sum), otherwise |w| times x carrying w's sign. */
+#if TILES_VNNI
+#define Q8_OFFSET 128
+static inline __m256i tile_dot_signed(__m256i sums, __m256i w, __m256i x) {
+    return tile_dot(sums, _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80)), x);
+}
+#else
+#define Q8_OFFSET 0
+static inline __m256i tile_dot_signed(__m256i sums, __m256i w, __m256i x) {
+    return tile_dot(sums, _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+#endif
+
+static inline __m256i broadcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* Q5_0's fifth bits of chunk c moved to bit 4 of each byte (16-bit shifts: the mask drops what crossed bytes). */
+static inline __m256i fifth_bits(__m256i high, int c) {
+    const __m256i bit4 = _mm256_set1_epi8(16);
+    return c <= 4 ? _mm256_and_si256(_mm256_sll_epi16(high, _mm_cvtsi32_si128(4 - c)), bit4)
+                  : _mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128(c - 4)), bit4);
+}
+
+/* One tile's 8 outputs for activation rows m0..m0+M-1: acc[m] lane r = row r's sum. */
+INLINE void tile_rows_32(const int type, const uint8_t *tile, const Acts *a, const int m0, const int M, __m256 *acc) {
+    const int bytes = tile_group_bytes(type), zero = type == Q8_0 ? Q8_OFFSET : type == Q5_0 ? 16 : 8;
+    for (int m = 0; m < M; m++) acc[m] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < a->groups; g++) {
+        const uint8_t *group = tile + g * bytes;
+        __m256i sums[MAX_ROWS];
+        for (int m = 0; m < M; m++) sums[m] = _mm256_set1_epi32(-zero * act_sum(a, m0 + m, g));
+        if (type == Q8_0) {
+            for (int c = 0; c < 8; c++) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(group + 16 + 32 * c));
+                for (int m = 0; m < M; m++) sums[m] = tile_dot_signed(sums[m], w, broadcast4(act_q(a, m0 + m, g) + 4 * c));
+            }
+        } else {
+            const __m256i high = type == Q5_0 ? _mm256_loadu_si256((const __m256i *)(group + 16)) : _mm256_setzero_si256();
+            const uint8_t *nibbles = group + (type == Q5_0 ? 48 : 16);
+            for (int p = 0; p < 4; p++) {
+                const __m256i raw = _mm256_loadu_si256((const __m256i *)(nibbles + 32 * p)), mask = _mm256_set1_epi8(0x0f);
+                __m256i lo = _mm256_and_si256(raw, mask), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+                if (type == Q5_0) lo = _mm256_or_si256(lo, fifth_bits(high, p)), hi = _mm256_or_si256(hi, fifth_bits(high, p + 4));
+                for (int m = 0; m < M; m++) {
+                    const int8_t *x = act_q(a, m0 + m, g);
+                    sums[m] = tile_dot(tile_dot(sums[m], lo, broadcast4(x + 4 * p)), hi, broadcast4(x + 16 + 4 * p));
+                }
+            }
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)group));
+        for (int m = 0; m < M; m++)
+            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[m]), _mm256_mul_ps(d, _mm256_set1_ps(act_d(a, m0 + m, g))), acc[m]);
+    }
+}
+/* 8 unsigned bytes (one per row) as floats. */
+static inline __m256 bytes_as_floats(const uint8_t *p, int is_signed) {
+    const __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
+}
+
+INLINE void tile_rows_q4k(const uint8_t *tile, const Acts *a, const int m0, const int M, __m256 *acc) {
+    const __m256i mask = _mm256_set1_epi8(0x0f);
+    for (int m = 0; m < M; m++) acc[m] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < a->groups / 8; b++) {
+        const uint8_t *blk = tile + b * tile_group_bytes(Q4_K);
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk)),
+                     dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
+        for (int p = 0; p < 4; p++) {
+            const int64_t g = 8 * b + 2 * p;
+            __m256i lo[MAX_ROWS], hi[MAX_ROWS];
+            for (int m = 0; m < M; m++) lo[m] = hi[m] = _mm256_setzero_si256();
+            for (int i = 0; i < 8; i++) {
+                const __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + 160 + 256 * p + 32 * i));
+                const __m256i q0 = _mm256_and_si256(raw, mask), q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+                for (int m = 0; m < M; m++) {
+                    lo[m] = tile_dot(lo[m], q0, broadcast4(act_q(a, m0 + m, g) + 4 * i));
+                    hi[m] = tile_dot(hi[m], q1, broadcast4(act_q(a, m0 + m, g + 1) + 4 * i));
+                }
+            }
+            for (int half = 0; half < 2; half++) {
+                const int j = 2 * p + half;
+                const __m256 scale = _mm256_mul_ps(d, bytes_as_floats(blk + 32 + 8 * j, 0)),
+                             min = _mm256_mul_ps(dmin, bytes_as_floats(blk + 96 + 8 * j, 0));
+                for (int m = 0; m < M; m++) {
+                    const float dx = act_d(a, m0 + m, g + half);
+                    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(half ? hi[m] : lo[m]), _mm256_mul_ps(scale, _mm256_set1_ps(dx)), acc[m]);
+                    acc[m] = _mm256_fmadd_ps(min, _mm256_set1_ps(-(dx * (float)act_sum(a, m0 + m, g + half))), acc[m]);
+                }
+            }
+        }
+    }
+}
+
+/* Q6_K's chunk c (0..3) of one step: 4 weights of each row, 0..63. */
+static inline __m256i q6k_chunk(const uint8_t *blk, int h, int c, int i) {
+    const __m256i mask = _mm256_set1_epi8(0x0f), top = _mm256_set1_epi8(0x30);
+    const __m256i ql = _mm256_loadu_si256((const __m256i *)(blk + 144 + 512 * h + 256 * (c & 1) + 32 * i));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 1168 + 256 * h + 32 * i));
+    const __m256i low = c < 2 ? _mm256_and_si256(ql, mask) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), mask);
+    const __m256i high = c == 0 ? _mm256_slli_epi16(qh, 4) : c == 1 ? _mm256_slli_epi16(qh, 2)
+                         : c == 2 ? qh : _mm256_srli_epi16(qh, 2);
+    return _mm256_or_si256(low, _mm256_and_si256(high, top));
+}
+
+INLINE void tile_rows_q6k(const uint8_t *tile, const Acts *a, const int m0, const int M, __m256 *acc) {
+    for (int m = 0; m < M; m++) acc[m] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < a->groups / 8; b++) {
+        const uint8_t *blk = tile + b * tile_group_bytes(Q6_K);
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+        for (int h = 0; h < 2; h++) {
+            for (int c = 0; c < 4; c++) {
+                const int64_t g = 8 * b + 4 * h + c, sub = 2 * g; /* sub: the first of g's two sub-blocks of 16 */
+                __m256i first[MAX_ROWS], second[MAX_ROWS];
+                for (int m = 0; m < M; m++) {
+                    first[m] = _mm256_set1_epi32(-32 * act_sum16(a, m0 + m, sub));
+                    second[m] = _mm256_set1_epi32(-32 * act_sum16(a, m0 + m, sub + 1));
+                }
+                for (int i = 0; i < 8; i++) {
+                    const __m256i q = q6k_chunk(blk, h, c, i);
+                    for (int m = 0; m < M; m++) {
+                        const __m256i x = broadcast4(act_q(a, m0 + m, g) + 4 * i);
+                        if (i < 4)
+                            first[m] = tile_dot(first[m], q, x);
+                        else
+                            second[m] = tile_dot(second[m], q, x);
+                    }
+                }
+                const __m256 s0 = _mm256_mul_ps(d, bytes_as_floats(blk + 16 + 8 * (8 * h + 2 * c), 1)),
+                             s1 = _mm256_mul_ps(d, bytes_as_floats(blk + 16 + 8 * (8 * h + 2 * c + 1), 1));
+                for (int m = 0; m < M; m++) {
+                    const __m256 dx = _mm256_set1_ps(act_d(a, m0 + m, g));
+                    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(first[m]), _mm256_mul_ps(s0, dx), acc[m]);
+                    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(second[m]), _mm256_mul_ps(s1, dx), acc[m]);
+                }
+            }
+        }
+    }
+}
+
+INLINE void tile_rows(const int type, const uint8_t *tile, const Acts *a, const int m0, const int M, __m256 *acc) {
+    if (type == Q4_K)
+        tile_rows_q4k(tile, a, m0, M, acc);
+    else if (type == Q6_K)
+        tile_rows_q6k(tile, a, m0, M, acc);
+    else
+        tile_rows_32(type, tile, a, m0, M, acc);
+}
+#else
+/* The same sums in scalar C: exact integer dots, then the vector paths' float operations. */
+static void tile_rows_portable_32(const int type, const uint8_t *tile, const Acts *a, const int m0, const int M, float *acc) {
+    const int bytes = tile_group_bytes(type), zero = type == Q8_0 ? 0 : type == Q5_0 ? 16 : 8;
+    for (int64_t g = 0; g < a->groups; g++) {
+        const uint8_t *group = tile + g * bytes;
+        for (int r = 0; r < TILE; r++) {
+            int q[32];
+            for (int k = 0; k < 32; k++) {
+                const int c = k / 4, j = k % 4;
+                if (type == Q8_0) {
+                    q[k] = (int8_t)group[16 + 32 * c + 4 * r + j];
+                } else {
+                    const int p = c % 4;
+                    const uint8_t byte = group[(type == Q5_0 ? 48 : 16) + 32 * p + 4 * r + j];
+                    q[k] = c < 4 ? byte & 0xf : byte >> 4;
+                    if (type == Q5_0) q[k] |= ((group[16 + 4 * r + j] >> c) & 1) << 4;
+                }
+            }
+            const float d = load_half(group + 2 * r);
+            for (int m = 0; m < M; m++) {
+                const int8_t *x = act_q(a, m0 + m, g);
+                int32_t dot = -zero * act_sum(a, m0 + m, g);
+                for (int k = 0; k < 32; k++) dot += q[k] * x[k];
+                acc[m * TILE + r] = fmaf((float)dot, d * act_d(a, m0 + m, g), acc[m * TILE + r]);
+            }
+        }
+    }
+}
+
+static int32_t dot_ints(const int *q, const int8_t *x, int n) {
+    int32_t dot = 0;
+    for (int k = 0; k < n; k++) dot += q[k] * x[k];
+    return dot;
+}
+
+static void tile_rows_portable_k(const int type, const uint8_t *tile, const Acts *a, const int m0, const int M, float *acc) {
+    for (int64_t b = 0; b < a->groups / 8; b++) {
+        const uint8_t *blk = tile + b * tile_group_bytes(type);
+        for (int r = 0; r < TILE; r++) {
+            const float d = load_half(blk + 2 * r);
+            for (int part = 0; part < 8; part++) { /* Q4_K: (pair, half); Q6_K: (half, chunk) */
+                int q[32];
+                const int64_t g = 8 * b + part;
+                for (int l = 0; l < 32; l++) {
+                    const int i = l / 4, j = l % 4;
+                    if (type == Q4_K) {
+                        const uint8_t byte = blk[160 + 256 * (part / 2) + 32 * i + 4 * r + j];
+                        q[l] = part % 2 ? byte >> 4 : byte & 0xf;
+                    } else {
+                        const int h = part / 4, c = part % 4;
+                        const uint8_t low = blk[144 + 512 * h + 256 * (c & 1) + 32 * i + 4 * r + j];
+                        const uint8_t high = blk[1168 + 256 * h + 32 * i + 4 * r + j];
+                        q[l] = (c < 2 ? low & 0xf : low >> 4) | (((high >> (2 * c)) & 3) << 4);
+                    }
+                }
+                for (int m = 0; m < M; m++) {
+                    const int8_t *x = act_q(a, m0 + m, g);
+                    const float dx = act_d(a, m0 + m, g);
+                    float *out = &acc[m * TILE + r];
+                    if (type == Q4_K) {
+                        const float scale = d * (float)blk[32 + 8 * part + r], min = load_half(blk + 16 + 2 * r) * (float)blk[96 + 8 * part + r];
+                        *out = fmaf((float)dot_ints(q, x, 32), scale * dx, *out);
+                        *out = fmaf(min, -(dx * (float)act_sum(a, m0 + m, g)), *out);
+                    } else {
+                        const int8_t *sc = (const int8_t *)(blk + 16);
+                        const int first = -32 * act_sum16(a, m0 + m, 2 * g) + dot_ints(q, x, 16);
+                        const int second = -32 * act_sum16(a, m0 + m, 2 * g + 1) + dot_ints(q + 16, x + 16, 16);
+                        *out = fmaf((float)first, (d * (float)sc[8 * (2 * part) + r]) * dx, *out);
+                        *out = fmaf((float)second, (d * (float)sc[8 * (2 * part + 1) + r]) * dx, *out);
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void tile_rows_portable(const int type, const uint8_t *tile, const Acts *a, const int m0, const int M, float *acc) {
+    for (int i = 0; i < M * TILE; i++) acc[i] = 0;
+    if (is_k(type))
+        tile_rows_portable_k(type, tile, a, m0, M, acc);
+    else
+        tile_rows_portable_32(type, tile, a, m0, M, acc);
+}
+#endif
+
+/* Activation rows handled per pass over a tile: the accumulators fit AVX-512's 32 registers,
+ * half of them AVX2's 16. */
+#if defined(__AVX512F__)
+#define TILE_PASS_ROWS 8
+#else
+#define TILE_PASS_ROWS 4
+#endif
+
+/* Every output row of a tiled tensor of N rows for M activation rows (a constant once inlined). */
+INLINE void tile_products(const int type, const uint8_t *w, const int64_t N, const Acts *a, const int M,
+                          const void *bias, const int in_is_float, void *y, const int64_t ldy, const int y_is_float,
+                          const int64_t row0) {
+    const int64_t tiles = N / TILE, tile_bytes = TILE * inferd_gguf_tiled_row_bytes(type, a->K);
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < tiles; t++) {
+        float out[MAX_ROWS * TILE];
+        for (int m0 = 0; m0 < M; m0 += TILE_PASS_ROWS) {
+            const int rows = M - m0 < TILE_PASS_ROWS ? M - m0 : TILE_PASS_ROWS;
+#if TILES_VECTORIZED
+            __m256 acc[TILE_PASS_ROWS];
+            switch (rows) {
+            case 1: tile_rows(type, w + t * tile_bytes, a, m0, 1, acc); break;
+            case 2: tile_rows(type, w + t * tile_bytes, a, m0, 2, acc); break;
+            case 3: tile_rows(type, w + t * tile_bytes, a, m0, 3, acc); break;
+            case 4: tile_rows(type, w + t * tile_bytes, a, m0, 4, acc); break;
+#if TILE_PASS_ROWS > 4
+            case 5: tile_rows(type, w + t * tile_bytes, a, m0, 5, acc); break;
+            case 6: tile_rows(type, w + t * tile_bytes, a, m0, 6, acc); break;
+            case 7: tile_rows(type, w + t * tile_bytes, a, m0, 7, acc); break;
+            default: tile_rows(type, w + t * tile_bytes, a, m0, 8, acc); break;
+#endif
+            }
+            for (int m = 0; m < rows; m++) _mm256_storeu_ps(out + (m0 + m) * TILE, acc[m]);
+#else
+            tile_rows_portable(type, w + t * tile_bytes, a, m0, rows, out + m0 * TILE);
+#endif
+        }
+        for (int m = 0; m < M; m++) {
+            for (int r = 0; r < TILE; r++) {
+                const int64_t n = t * TILE + r;
+                const float v = bias ? out[m * TILE + r] + input_at(bias, in_is_float, n) : out[m * TILE + r];
+                if (y_is_float)
+                    ((float *)y)[(row0 + m) * ldy + n] = v;
+                else
+                    ((uint16_t *)y)[(row0 + m) * ldy + n] = float_to_bf16(v);
+            }
+        }
+    }
+}
+
+#endif
