@@ -18,15 +18,122 @@
 #include "bf16.h"
 #include "vec.h"
 
-/* Query heads are taken four at a time (padded with zero heads), and head
- * dimensions two vectors at a time (32 with AVX-512, 16 with AVX2), so the
- * vector loops keep their sums in registers and read each K and V row once
- * per group of heads. */
+/* Query heads are taken four at a time (padded with zero heads), so each K
+ * and V row is read once per group of heads.
+ *
+ * Every build computes the same bits: sums across lanes run over sixteen
+ * float32 lanes (one AVX-512 vector, two AVX2 ones, or sixteen floats) and
+ * reduce in one fixed order; products are fused multiply-adds everywhere;
+ * exponentials are vec.h's polynomial. */
 #define HEADS 4
 #define LANES (2 * VEC_LANES)
+#define W 16 /* lanes of an f16x */
 
+typedef struct {
+#if VEC_LANES == 16
+    vf v;
+#elif VEC_LANES == 8
+    vf lo, hi;
+#else
+    float f[W];
+#endif
+} f16x;
+
+static inline f16x f16_zero(void) {
+    f16x r;
+#if VEC_LANES == 16
+    r.v = vf_zero();
+#elif VEC_LANES == 8
+    r.lo = r.hi = vf_zero();
+#else
+    for (int i = 0; i < W; i++) r.f[i] = 0;
+#endif
+    return r;
+}
+
+static inline f16x f16_load(const float *p) {
+    f16x r;
+#if VEC_LANES == 16
+    r.v = vf_load(p);
+#elif VEC_LANES == 8
+    r.lo = vf_load(p), r.hi = vf_load(p + 8);
+#else
+    for (int i = 0; i < W; i++) r.f[i] = p[i];
+#endif
+    return r;
+}
+
+static inline f16x f16_load_bf16(const uint16_t *p) {
+    f16x r;
+#if VEC_LANES == 16
+    r.v = vf_load_bf16(p);
+#elif VEC_LANES == 8
+    r.lo = vf_load_bf16(p), r.hi = vf_load_bf16(p + 8);
+#else
+    for (int i = 0; i < W; i++) r.f[i] = bf16_to_float(p[i]);
+#endif
+    return r;
+}
+
+static inline f16x f16_fmadd(f16x a, f16x b, f16x c) {
+#if VEC_LANES == 16
+    c.v = vf_fmadd(a.v, b.v, c.v);
+#elif VEC_LANES == 8
+    c.lo = vf_fmadd(a.lo, b.lo, c.lo), c.hi = vf_fmadd(a.hi, b.hi, c.hi);
+#else
+    for (int i = 0; i < W; i++) c.f[i] = fmaf(a.f[i], b.f[i], c.f[i]);
+#endif
+    return c;
+}
+
+/* The lanes' sum: halves added pairwise, 16 -> 8 -> 4 -> 2 -> 1. */
+static inline float f16_sum(f16x a) {
 #if VEC_LANES
-/* scores[g][l] = q[g] . k_l for the four heads of qf, every unmasked slot. */
+#if VEC_LANES == 16
+    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a.v),
+                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a.v), 1)));
+#else
+    __m256 s8 = _mm256_add_ps(a.lo, a.hi);
+#endif
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+#else
+    float s8[8], s4[4];
+    for (int i = 0; i < 8; i++) s8[i] = a.f[i] + a.f[i + 8];
+    for (int i = 0; i < 4; i++) s4[i] = s8[i] + s8[i + 4];
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+#endif
+}
+
+/* e^(x - top) for each lane, 0 where x is -inf (a masked slot); stored back to p. */
+static inline f16x f16_exp_shifted(const float *p, float top, float *out) {
+    f16x r;
+#if VEC_LANES
+    const vf shift = vf_set1(top);
+    for (int half = 0; half < W / VEC_LANES; half++) {
+        vf v = vf_load(p + half * VEC_LANES);
+        vf_store(out + half * VEC_LANES, vf_zero_at_neg_inf(v, vf_exp(vf_sub(v, shift))));
+    }
+    r = f16_load(out);
+#else
+    for (int i = 0; i < W; i++) r.f[i] = out[i] = isinf(p[i]) ? 0.0f : f_exp(p[i] - top);
+#endif
+    return r;
+}
+
+static inline f16x f16_add(f16x a, f16x b) {
+#if VEC_LANES == 16
+    a.v = vf_add(a.v, b.v);
+#elif VEC_LANES == 8
+    a.lo = vf_add(a.lo, b.lo), a.hi = vf_add(a.hi, b.hi);
+#else
+    for (int i = 0; i < W; i++) a.f[i] += b.f[i];
+#endif
+    return a;
+}
+
+/* scores[g][l] = q[g] . k_l * scale + mask[l] for the four heads of qf, every unmasked slot. */
 static void score_slots(const float *qf, int64_t D, const uint16_t *k_cache, int64_t Hkv, int64_t h,
                         const int64_t *slots, const float *mask, int64_t L, float scale, float *scores) {
     for (int64_t l = 0; l < L; l++) {
@@ -35,113 +142,81 @@ static void score_slots(const float *qf, int64_t D, const uint16_t *k_cache, int
             continue;
         }
         const uint16_t *k = k_cache + (slots[l] * Hkv + h) * D;
-        vf even[HEADS], odd[HEADS]; /* two sums per head: half the dependency chain */
-        for (int g = 0; g < HEADS; g++) even[g] = odd[g] = vf_zero();
-        for (int64_t d = 0; d < D; d += LANES) {
-            vf k0 = vf_load_bf16(k + d), k1 = vf_load_bf16(k + d + VEC_LANES);
+        if (D % W) { /* an odd head size: one sum in order, the same on every build */
             for (int g = 0; g < HEADS; g++) {
-                even[g] = vf_fmadd(vf_load(qf + g * D + d), k0, even[g]);
-                odd[g] = vf_fmadd(vf_load(qf + g * D + d + VEC_LANES), k1, odd[g]);
+                float sum = 0;
+                for (int64_t d = 0; d < D; d++) sum = fmaf(qf[g * D + d], bf16_to_float(k[d]), sum);
+                scores[g * L + l] = fmaf(sum, scale, mask[l]);
             }
+            continue;
         }
-        for (int g = 0; g < HEADS; g++) scores[g * L + l] = vf_sum(vf_add(even[g], odd[g])) * scale + mask[l];
+        f16x acc[HEADS];
+        for (int g = 0; g < HEADS; g++) acc[g] = f16_zero();
+        for (int64_t d = 0; d < D; d += W) {
+            const f16x kd = f16_load_bf16(k + d);
+            for (int g = 0; g < HEADS; g++) acc[g] = f16_fmadd(f16_load(qf + g * D + d), kd, acc[g]);
+        }
+        for (int g = 0; g < HEADS; g++) scores[g * L + l] = fmaf(f16_sum(acc[g]), scale, mask[l]);
     }
 }
 
 /* Softmax of each head's scores in place; masked slots hold -inf and get 0. */
-static void softmax_vector(float *scores, int heads, int64_t L) {
+static void softmax(float *scores, int heads, int64_t L) {
     for (int g = 0; g < heads; g++) {
-        float *s = scores + g * L, top = -INFINITY, total = 0;
-        int64_t l = 0;
-        vf tops = vf_set1(-INFINITY);
-        for (; l + VEC_LANES <= L; l += VEC_LANES) tops = vf_max(tops, vf_load(s + l));
-        top = vf_top(tops);
-        for (; l < L; l++) top = fmaxf(top, s[l]);
+        float *s = scores + g * L, top = -INFINITY;
+        for (int64_t l = 0; l < L; l++) top = fmaxf(top, s[l]);
         if (isinf(top)) { /* every slot masked (never built): zeros */
             memset(s, 0, (size_t)L * sizeof(float));
             continue;
         }
-        vf sums = vf_zero(), shift = vf_set1(top);
-        for (l = 0; l + VEC_LANES <= L; l += VEC_LANES) {
-            vf v = vf_load(s + l);
-            vf e = vf_zero_at_neg_inf(v, vf_exp(vf_sub(v, shift)));
-            vf_store(s + l, e);
-            sums = vf_add(sums, e);
-        }
-        total = vf_sum(sums);
+        f16x sums = f16_zero();
+        int64_t l = 0;
+        for (; l + W <= L; l += W) sums = f16_add(sums, f16_exp_shifted(s + l, top, s + l));
+        float total = f16_sum(sums);
         for (; l < L; l++) {
             s[l] = isinf(s[l]) ? 0.0f : f_exp(s[l] - top);
             total += s[l];
         }
-        const vf inv = vf_set1(1.0f / total);
-        for (l = 0; l + VEC_LANES <= L; l += VEC_LANES) vf_store(s + l, vf_mul(vf_load(s + l), inv));
-        for (; l < L; l++) s[l] *= 1.0f / total;
+        const float inv = 1.0f / total;
+        for (l = 0; l < L; l++) s[l] *= inv;
     }
 }
 
-/* out[g] = sum_l p[g][l] v_l for the first `heads` of four, LANES dimensions at a time. */
+/* out[g] = sum_l p[g][l] v_l for the first `heads` of four: each dimension's
+ * sum in slot order, so vector width does not change it. */
 static void sum_values(const float *p, int heads, int64_t D, const uint16_t *v_cache, int64_t Hkv, int64_t h,
-                       const int64_t *slots, const float *mask, int64_t L, uint16_t *out) {
-    for (int64_t d = 0; d < D; d += LANES) {
-        vf lo[HEADS], hi[HEADS];
-        for (int g = 0; g < HEADS; g++) lo[g] = hi[g] = vf_zero();
-        for (int64_t l = 0; l < L; l++) {
-            if (isinf(mask[l])) continue;
-            const uint16_t *v = v_cache + (slots[l] * Hkv + h) * D + d;
-            vf v0 = vf_load_bf16(v), v1 = vf_load_bf16(v + VEC_LANES);
-            for (int g = 0; g < HEADS; g++) {
-                vf weight = vf_set1(p[g * L + l]);
-                lo[g] = vf_fmadd(weight, v0, lo[g]);
-                hi[g] = vf_fmadd(weight, v1, hi[g]);
+                       const int64_t *slots, const float *mask, int64_t L, float *acc, uint16_t *out) {
+#if VEC_LANES
+    if (D % LANES == 0) {
+        for (int64_t d = 0; d < D; d += LANES) {
+            vf lo[HEADS], hi[HEADS];
+            for (int g = 0; g < HEADS; g++) lo[g] = hi[g] = vf_zero();
+            for (int64_t l = 0; l < L; l++) {
+                if (isinf(mask[l])) continue;
+                const uint16_t *v = v_cache + (slots[l] * Hkv + h) * D + d;
+                vf v0 = vf_load_bf16(v), v1 = vf_load_bf16(v + VEC_LANES);
+                for (int g = 0; g < HEADS; g++) {
+                    vf weight = vf_set1(p[g * L + l]);
+                    lo[g] = vf_fmadd(weight, v0, lo[g]);
+                    hi[g] = vf_fmadd(weight, v1, hi[g]);
+                }
+            }
+            for (int g = 0; g < heads; g++) {
+                vf_store_bf16(out + g * D + d, lo[g]);
+                vf_store_bf16(out + g * D + d + VEC_LANES, hi[g]);
             }
         }
-        for (int g = 0; g < heads; g++) {
-            vf_store_bf16(out + g * D + d, lo[g]);
-            vf_store_bf16(out + g * D + d + VEC_LANES, hi[g]);
-        }
+        return;
     }
-}
 #endif
-
-/* The same sums, one value at a time (other CPUs, and head sizes not a multiple of 32). */
-static void score_slots_scalar(const float *qf, int heads, int64_t D, const uint16_t *k_cache, int64_t Hkv, int64_t h,
-                               const int64_t *slots, const float *mask, int64_t L, float scale, float *scores) {
-    for (int64_t l = 0; l < L; l++) {
-        if (isinf(mask[l])) continue;
-        const uint16_t *k = k_cache + (slots[l] * Hkv + h) * D;
-        for (int g = 0; g < heads; g++) {
-            float sum = 0;
-            for (int64_t d = 0; d < D; d++) sum += qf[g * D + d] * bf16_to_float(k[d]);
-            scores[g * L + l] = sum * scale + mask[l];
-        }
-    }
-}
-
-static void sum_values_scalar(const float *p, int heads, int64_t D, const uint16_t *v_cache, int64_t Hkv, int64_t h,
-                              const int64_t *slots, const float *mask, int64_t L, float *acc, uint16_t *out) {
     memset(acc, 0, (size_t)(heads * D) * sizeof(float));
     for (int64_t l = 0; l < L; l++) {
         if (isinf(mask[l])) continue;
         const uint16_t *v = v_cache + (slots[l] * Hkv + h) * D;
         for (int g = 0; g < heads; g++)
-            for (int64_t d = 0; d < D; d++) acc[g * D + d] += p[g * L + l] * bf16_to_float(v[d]);
+            for (int64_t d = 0; d < D; d++) acc[g * D + d] = fmaf(p[g * L + l], bf16_to_float(v[d]), acc[g * D + d]);
     }
     for (int64_t i = 0; i < heads * D; i++) out[i] = float_to_bf16(acc[i]);
-}
-
-/* Softmax of each head's scores over the unmasked slots, in place (the portable path). */
-static void softmax(float *scores, int heads, const float *mask, int64_t L) {
-    for (int g = 0; g < heads; g++) {
-        float *s = scores + g * L, top = -INFINITY, total = 0;
-        for (int64_t l = 0; l < L; l++)
-            if (!isinf(mask[l]) && s[l] > top) top = s[l];
-        for (int64_t l = 0; l < L; l++) {
-            s[l] = isinf(mask[l]) ? 0.0f : f_exp(s[l] - top);
-            total += s[l];
-        }
-        float inv = total > 0 ? 1.0f / total : 0.0f; /* a fully masked row (never built) gives zeros */
-        for (int64_t l = 0; l < L; l++) s[l] *= inv;
-    }
 }
 
 /* The G query heads sharing KV head h, four at a time. */
@@ -159,17 +234,9 @@ static int attend(const uint16_t *q, int64_t G, int64_t D, const uint16_t *k_cac
         const int heads = (int)(G - g0 < HEADS ? G - g0 : HEADS);
         memset(qf, 0, (size_t)(HEADS * D) * sizeof(float));
         for (int64_t i = 0; i < heads * D; i++) qf[i] = bf16_to_float(q[g0 * D + i]);
-#if VEC_LANES
-        if (D % LANES == 0) {
-            score_slots(qf, D, k_cache, Hkv, h, slots, mask, L, scale, scores);
-            softmax_vector(scores, heads, L);
-            sum_values(scores, heads, D, v_cache, Hkv, h, slots, mask, L, out + g0 * D);
-            continue;
-        }
-#endif
-        score_slots_scalar(qf, heads, D, k_cache, Hkv, h, slots, mask, L, scale, scores);
-        softmax(scores, heads, mask, L);
-        sum_values_scalar(scores, heads, D, v_cache, Hkv, h, slots, mask, L, acc, out + g0 * D);
+        score_slots(qf, D, k_cache, Hkv, h, slots, mask, L, scale, scores);
+        softmax(scores, heads, L);
+        sum_values(scores, heads, D, v_cache, Hkv, h, slots, mask, L, acc, out + g0 * D);
     }
     free(qf), free(scores), free(acc);
     return 0;

@@ -86,3 +86,22 @@ def test_what_it_does_not_take():
                                           slots, mask, 1.0, torch.empty_like(q))
     with pytest.raises(ValueError, match="int64 slots and a float32 mask"):
         decode_attention.decode_attention(q, k_cache, k_cache, slots.int(), mask, 1.0, torch.empty_like(q))
+
+
+@needs_compiler
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(4, 1, 256), (6, 2, 64), (4, 4, 24)])
+def test_every_build_computes_the_same_bits(heads, kv_heads, dim):
+    """Sums across lanes reduce in one fixed order and the exponential is one
+    polynomial, so a greedy decode does not depend on the machine's vector width."""
+    generator = torch.Generator().manual_seed(dim)
+    k_cache, v_cache = (torch.randn(400, kv_heads, dim, generator=generator).to(BF16) for _ in range(2))
+    view = padded_view([3, 77, 300, 161], 300, 400, generator)
+    q = torch.randn(4, heads, dim, generator=generator).to(BF16)
+    outs = {}
+    for name in isa.runnable():
+        outs[name] = torch.empty_like(q)
+        decode_attention.decode_attention(q, k_cache, v_cache, view.slots, view.mask, dim**-0.5, outs[name],
+                                          decode_attention.library(tuple(isa.march_flags(name))))
+    first = next(iter(outs.values()))
+    for name, out in outs.items():
+        assert torch.equal(out, first), f"{name} differs"

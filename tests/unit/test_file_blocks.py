@@ -4,6 +4,11 @@ re-ordered Q/K rows), dense where a format has no kernel or rows are many."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -15,7 +20,7 @@ from inferd.arch import build_model
 from inferd.arch.file_blocks import FORMATS, HEAD_DENSE_FROM, LAYER_DENSE_FROM, use_file_blocks
 from inferd.arch.quantize import uses_file_blocks
 from inferd.arch.gguf_linear import GGUFLinear
-from inferd.kernels import gguf_gemv
+from inferd.kernels import gguf_gemv, isa
 from inferd.models.config import ModelConfig
 from inferd.models.gguf import gguf_block_formats, iter_gguf_blocks, iter_gguf_tensors, read_gguf_config
 
@@ -140,3 +145,45 @@ def test_float32_layers_compute_the_files_values_and_the_head_keeps_no_dense_cop
     head = dense["model.embed_tokens.weight"]
     assert torch.all((net.fast_head(rows).double() - quantized(rows) @ head.T).abs()
                      <= quantized(rows).abs() @ head.abs().T * 1e-5 + 1e-6)
+
+
+GREEDY = """
+import json, sys
+from inferd.config import EngineConfig
+from inferd.engine.engine import Engine
+from inferd.engine.engine_request import EngineRequest
+from inferd.engine.sampling_params import SamplingParams
+from inferd.models.loader import load_model
+
+out = {}
+for dtype in ("bfloat16", "float32"):
+    engine = Engine(load_model(sys.argv[1], dtype=dtype), EngineConfig(parallel=3, ctx_size=256))
+    for i, prompt in enumerate(([5, 9, 17, 3], [40, 2, 2, 7, 11, 60, 31], [8] * 40)):
+        params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True, logprobs=0)
+        engine.add_request(EngineRequest(f"{dtype}{i}", prompt, params))
+        out[f"{dtype}{i}"] = []
+    while engine.has_work:
+        for delta in engine.step():
+            out[delta.request_id] += [(t.token_id, t.logprob.hex()) for t in delta.logprobs or []]
+print(json.dumps(out))
+"""
+
+
+def test_greedy_tokens_are_the_same_on_every_build_this_cpu_can_run(tmp_path):
+    """The kernels' sums reduce in one order on every build (AVX-512, AVX2,
+    portable), so a greedy decode gives the same tokens on each, and the same
+    bits: every token's logprob is equal to the last bit (decode rows, prefill
+    and a batch of three, in bf16 and float32)."""
+    path = written(tmp_path, "gemma3")
+    results = {}
+    for build in isa.runnable():
+        done = subprocess.run([sys.executable, "-c", GREEDY, str(path)], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "INFERD_ISA": build})
+        assert done.returncode == 0, done.stderr[-3000:]
+        results[build] = json.loads(done.stdout.strip().splitlines()[-1])
+    first = next(iter(results.values()))
+    assert all(len(steps) == 24 for steps in first.values())
+    for build, run in results.items():
+        assert {r: [t for t, _ in steps] for r, steps in run.items()} == \
+            {r: [t for t, _ in steps] for r, steps in first.items()}, f"{build} decodes other tokens"
+        assert run == first, f"{build} computes other logprobs"
