@@ -18,6 +18,9 @@
  * MAX_ROWS). Vector paths: AVX2 (u8 x s8 pairs), AVX-512 VNNI or AVX-VNNI
  * (vpdpbusd); the portable path computes the same sums in scalar C.
  *
+ * Parts whose rows fill tiles of 8 are held in tiles (gguf_tiles.h: several
+ * times faster); this file's row kernels serve the rest.
+ *
  * W: one or more parts of N rows of row_bytes; x: [M, K] and bias: [N] or
  * NULL, both bf16 or both float32 (the engine's dtype: float32 on CPUs
  * without native bf16); y: [M, N] float32 or bf16, each part writing its own columns.
