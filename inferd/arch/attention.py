@@ -5,7 +5,8 @@ slot = block_id * block_size + offset. Each step the runner describes the
 batch once (`AttentionMetadata`) and every layer reuses it:
 
 - decode rows (one query token each) come first, grouped by context length
-  rounded up to a bucket; on CPU in bf16 each group is one call of
+  rounded up to a bucket; on CPU (with a bf16 cache: float32 engines
+  keep one too, their query rows rounded to bf16) each group is one call of
   inferd's kernel (`inferd.kernels.decode_attention`), which reads K and V
   from their slots; elsewhere one batched float32 matmul-softmax-matmul
   over the gathered, padded contexts (for one query row several times
@@ -74,19 +75,28 @@ def paged_attention(
     """Writes k and v to their cache slots (unless `kv_stored`: already
     there), then attends each query row."""
     k_cache, v_cache = cache
+    stored = k_cache.dtype  # bf16 under a float32 CPU engine (engine/runner.py)
+    if k.dtype != stored:  # what the cache holds is what every later read sees
+        k, v = k.to(stored), v.to(stored)
     if not kv_stored:
         k_cache.index_copy_(0, meta.slot_mapping, k)
         v_cache.index_copy_(0, meta.slot_mapping, v)
     out = torch.empty_like(q)
     gqa = q.shape[1] != k.shape[1]
-    native = bool(meta.decodes) and decode_attention.supports(q, k_cache)
+    decode_rows = max((group.end for group in meta.decodes), default=0)  # the rows before any prefill
+    q_decode = q[:decode_rows] if q.dtype == stored else q[:decode_rows].to(stored)
+    native = bool(meta.decodes) and decode_attention.supports(q_decode, k_cache)
+    out_decode = out[:decode_rows] if q.dtype == stored else torch.empty_like(q_decode)
     for group in meta.decodes:
         view = group.sliding if sliding and group.sliding is not None else group.full
         rows = slice(group.start, group.end)
         if native:
-            decode_attention.decode_attention(q[rows], k_cache, v_cache, view.slots, view.mask, scale, out[rows])
+            decode_attention.decode_attention(q_decode[rows], k_cache, v_cache, view.slots, view.mask, scale,
+                                              out_decode[rows])
         else:
-            out[rows] = _decode_attention(q[rows], k_cache, v_cache, view, scale)
+            out_decode[rows] = _decode_attention(q_decode[rows], k_cache, v_cache, view, scale)
+    if out_decode.data_ptr() != out.data_ptr() and decode_rows:
+        out[:decode_rows] = out_decode
     for span in meta.prefills:
         view = span.sliding if sliding and span.sliding is not None else span.full
         qs, mask = q[span.start : span.end], view.mask
@@ -94,6 +104,7 @@ def paged_attention(
             ks, vs = k[span.start : span.end], v[span.start : span.end]
         else:
             ks, vs = k_cache.index_select(0, view.slots), v_cache.index_select(0, view.slots)
+        ks, vs = ks.to(q.dtype), vs.to(q.dtype)
         if q.device.type == "cpu":
             qs, ks, vs, mask = _pad_lengths(qs, ks, vs, mask)
         # With a batch dimension (4-D inputs) torch takes its fused CPU kernel; 3-D inputs

@@ -71,7 +71,7 @@ class Engine:
         self.tokenizer = loaded.tokenizer
         max_len = min(config.ctx_size, loaded.config.max_position_embeddings)
         self.max_model_len = max_len
-        bytes_per_token = ModelRunner.kv_bytes_per_token(loaded.model, loaded.dtype)
+        bytes_per_token = ModelRunner.kv_bytes_per_token(loaded.model, loaded.dtype, loaded.device)
         self.pool = BlockPool(kv_pool_blocks(config, bytes_per_token), config.block_size)
         self.kv_events = KvEventHub(self.pool)  # published by the step loop's owner (AsyncEngine)
         self.scheduler = Scheduler(

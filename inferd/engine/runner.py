@@ -4,8 +4,9 @@ Rows are ordered decodes first (one token each, grouped by padded context
 length), then prefill chunks. A request verifying speculative drafts
 computes its last token plus the drafts as decode rows, one per token, each
 attending its own context through the decode path, and gets logits for
-each. In a step that verifies, every decode row is marked a lone decode row
-(`arch/decode_rows.py`), so its projections run as in a step of one row:
+each. In a step that verifies, or prefills beside its decodes, every decode
+row is marked a lone decode row (`arch/decode_rows.py`), so its projections
+run as in a step of one row:
 with a model whose layers honour that (the GGUF's own blocks), verified
 tokens are bit for bit those plain decoding computes. The KV cache is one
 (K, V) pair per layer, each [num_blocks * block_size, kv_heads, head_dim].
@@ -43,6 +44,14 @@ def _token_at(req: Request, position: int) -> int:
     return prompt[position] if position < len(prompt) else req.output_token_ids[position - len(prompt)]
 
 
+def kv_cache_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The KV cache's dtype: the engine's, but bf16 where a CPU engine computes in
+    float32 (a CPU without native bf16). Half the memory, and decode attention
+    runs in inferd's kernel, which reads bf16 rows and sums in float32 (llama.cpp
+    keeps an f16 cache the same way)."""
+    return torch.bfloat16 if device.type == "cpu" and dtype == torch.float32 else dtype
+
+
 class ModelRunner:
     def __init__(self, model: CausalLM, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device):
         cfg = model.cfg
@@ -51,6 +60,7 @@ class ModelRunner:
         self.device = device
         self.window = cfg.sliding_window if any(cfg.is_sliding(i) for i in range(cfg.num_layers)) else None
         shape = (num_blocks * block_size, cfg.num_kv_heads, cfg.head_dim)
+        dtype = kv_cache_dtype(dtype, device)
         # Uninitialized: a slot is always written before attention reads it
         # (padding reads clamp to a written slot), and untouched pages of a
         # large pool cost no memory until sequences reach them.
@@ -60,9 +70,9 @@ class ModelRunner:
         ]
 
     @staticmethod
-    def kv_bytes_per_token(model: CausalLM, dtype: torch.dtype) -> int:
+    def kv_bytes_per_token(model: CausalLM, dtype: torch.dtype, device: torch.device) -> int:
         cfg = model.cfg
-        return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * torch.finfo(dtype).bits // 8
+        return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * torch.finfo(kv_cache_dtype(dtype, device)).bits // 8
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> StepResult:
@@ -100,7 +110,10 @@ class ModelRunner:
                     == req.num_tokens + len(req.draft_token_ids):
                 sample_rows.extend(rows_of[req.request_id])
                 sampling.append(req)
-        lone_logits = len(sample_rows) if any(req.draft_token_ids for req, _, _ in decodes) else 0
+        # Decode rows run as lone rows when the step verifies drafts, or prefills beside them:
+        # a request's tokens then never depend on another request's prompt sharing its step.
+        verifies = any(req.draft_token_ids for req, _, _ in decodes)
+        lone_logits = len(sample_rows) if verifies or prefills else 0
         spans: list[PrefillSpan] = []
         for req, n in prefills:
             start = req.num_computed_tokens
