@@ -39,7 +39,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, scale_in_float: 
              residual: torch.Tensor | None = None) -> torch.Tensor:
     """`RMSNorm`'s arithmetic over the last dimension; `weight` broadcasts
     against x's trailing dimensions (one row per head for a joint Q/K norm).
-    On CPU in bf16, one native call (`inferd.kernels.rms_norm`)."""
+    On CPU in bf16 or float32, one native call (`inferd.kernels.rms_norm`)."""
     if native_norm.supports(x, weight) and (residual is None or residual.is_contiguous()):
         return native_norm.rms_norm(x, weight, eps, scale_in_float, residual)
     normed = F.rms_norm(x.float(), x.shape[-1:], None, eps)  # x * rsqrt(mean(x^2) + eps): one op, not five

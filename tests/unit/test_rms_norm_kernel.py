@@ -58,12 +58,47 @@ def test_the_layer_uses_the_kernel_where_it_applies_and_torch_elsewhere():
     x, residual = torch.randn(4, 64).to(BF16), torch.randn(4, 64).to(BF16)
     assert native_norm.supports(x, norm.weight)
     assert_within_one_bf16_step(norm(x, residual=residual), torch_norm(x, norm.weight, 1e-6, True, residual))
-    x32 = torch.randn(4, 64)  # float32: the torch path, exactly
-    assert not native_norm.supports(x32, norm.weight)
-    assert torch.equal(norm(x32), torch_norm(x32, norm.weight, 1e-6, True))
+    x32 = torch.randn(4, 64)  # float32: the kernel too, unrounded
+    assert native_norm.supports(x32, norm.weight)
+    torch.testing.assert_close(norm(x32), torch_norm(x32, norm.weight, 1e-6, True), rtol=1e-6, atol=1e-6)
+    x16 = torch.randn(4, 64).to(torch.float16)  # another dtype: the torch path, exactly
+    assert not native_norm.supports(x16, norm.weight)
+    assert torch.equal(norm(x16), torch_norm(x16, norm.weight, 1e-6, True))
 
 
 def test_a_mismatched_residual_is_refused():
     x, weight = torch.randn(2, 16).to(BF16), torch.ones(16)
     with pytest.raises(ValueError, match="residual must be a contiguous bf16 tensor of x's shape"):
         native_norm.rms_norm(x, weight, 1e-6, True, torch.zeros(2, 8, dtype=BF16))
+
+
+@pytest.mark.parametrize("scale_in_float", [True, False])
+@pytest.mark.parametrize("rows", [1, 300])
+def test_float32_rows_match_the_torch_arithmetic_unrounded(scale_in_float, rows):
+    """An engine computing in float32 norms in float32: nothing rounds to bf16."""
+    generator = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 640, generator=generator) * 3
+    weight = torch.randn(640, generator=generator) + 1
+    residual = torch.randn(rows, 640, generator=generator)
+    assert native_norm.supports(x, weight)
+    got = native_norm.rms_norm(x, weight, 1e-6, scale_in_float)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, torch_norm(x, weight, 1e-6, scale_in_float), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(native_norm.rms_norm(x, weight, 1e-6, scale_in_float, residual),
+                               torch_norm(x, weight, 1e-6, scale_in_float, residual), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="residual must be a contiguous float32 tensor"):
+        native_norm.rms_norm(x, weight, 1e-6, True, residual.to(BF16))
+
+
+@pytest.mark.parametrize("dtype", [BF16, torch.float32])
+def test_every_build_computes_the_same_bits(dtype):
+    from inferd.kernels import isa
+
+    generator = torch.Generator().manual_seed(3)
+    x, residual = (torch.randn(37, 4, 256, generator=generator).to(dtype) for _ in range(2))
+    weight = torch.randn(4, 256, generator=generator)
+    outs = {name: native_norm.rms_norm(x, weight, 1e-6, True, residual,
+                                       lib=native_norm.library(tuple(isa.march_flags(name))))
+            for name in isa.runnable()}
+    first = next(iter(outs.values()))
+    assert all(torch.equal(out, first) for out in outs.values()), list(outs)
