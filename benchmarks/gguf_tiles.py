@@ -1,0 +1,72 @@
+"""The GGUF kernels in the file's row order against tiles of 8 rows, alone.
+
+    python benchmarks/gguf_tiles.py [--isa avx512 avx2 portable] [--rows 1 4 8]
+
+For each block format of the bundled model at its shapes (the Q8_0 head,
+Q5_0 and Q4_K and Q6_K projections), enough copies of the weights to stream
+from memory rather than the caches, the same activations through both
+layouts; prints the fastest of 5 passes per layout and the bytes read per
+second. 2 threads, as the server's default on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from inferd.kernels import gguf_gemv, isa
+
+SHAPES = [("Q8_0", 262144, 640, "token_embd (the head)"), ("Q5_0", 2048, 640, "ffn_gate"),
+          ("Q5_0", 1024, 640, "attn_q"), ("Q4_K", 640, 1024, "attn_output"), ("Q6_K", 640, 2048, "ffn_down")]
+
+
+def random_rows(block_format: str, n: int, k: int, rng: np.random.Generator) -> torch.Tensor:
+    """Any bytes are valid blocks but for the fp16 scales: set those to a small value."""
+    _, size, nbytes = gguf_gemv.BLOCKS[block_format]
+    blocks = rng.integers(0, 256, (n, k // size, nbytes), dtype=np.uint8)
+    offsets = {"Q4_K": (0, 2), "Q6_K": (208,)}.get(block_format, (0,))
+    for offset in offsets:
+        blocks[:, :, offset:offset + 2] = np.full((n, k // size), 0.01, np.float16)[..., None].view(np.uint8)
+    return torch.from_numpy(blocks.reshape(n, -1))
+
+
+def fastest(x: torch.Tensor, parts: list[gguf_gemv.Parts], lib) -> float:
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for p in parts:
+            gguf_gemv.matmul(x, p, out_dtype=torch.float32, lib=lib)
+        times.append((time.perf_counter() - start) / len(parts))
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--isa", nargs="+", default=list(isa.runnable()[:2]))
+    parser.add_argument("--rows", nargs="+", type=int, default=[1, 4, 8])
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    rng = np.random.default_rng(0)
+    print(f"{'build':<9}{'tensor':<24}{'format':<7}{'rows':>5}{'rows order':>14}{'tiles':>14}{'speed-up':>10}")
+    for name in args.isa:
+        lib = gguf_gemv.library(tuple(isa.march_flags(name)))
+        for block_format, n, k, label in SHAPES:
+            copies = max(1, 300_000_000 // (n * gguf_gemv.row_bytes(block_format, k)))
+            raws = [random_rows(block_format, n, k, rng) for _ in range(copies)]
+            plain = [gguf_gemv.Parts([(block_format, raw)], k) for raw in raws]
+            tiled = [gguf_gemv.Parts([(block_format, gguf_gemv.to_tiles(block_format, raw, lib=lib))], k, [True])
+                     for raw in raws]
+            megabytes = raws[0].numel() / 1e6
+            for rows in args.rows:
+                x = torch.randn(rows, k)
+                a, b = fastest(x, plain, lib), fastest(x, tiled, lib)
+                print(f"{name:<9}{label:<24}{block_format:<7}{rows:>5}{a * 1e6:>8.0f} us{megabytes / a / 1e3:>4.0f}"
+                      f"{b * 1e6:>8.0f} us{megabytes / b / 1e3:>4.0f}{a / b:>9.2f}x")
+    print("(us per product; the figure after each is GB/s of weights read)")
+
+
+if __name__ == "__main__":
+    main()
