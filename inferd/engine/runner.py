@@ -53,14 +53,17 @@ def kv_cache_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
 
 
 class ModelRunner:
-    def __init__(self, model: CausalLM, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device):
+    def __init__(self, model: CausalLM, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device,
+                 kv_dtype: torch.dtype | None = None):
+        """`kv_dtype`: the cache's dtype where not `kv_cache_dtype`'s choice (a float32 cache
+        for a test of the float32 arithmetic)."""
         cfg = model.cfg
         self.model = model
         self.block_size = block_size
         self.device = device
         self.window = cfg.sliding_window if any(cfg.is_sliding(i) for i in range(cfg.num_layers)) else None
         shape = (num_blocks * block_size, cfg.num_kv_heads, cfg.head_dim)
-        dtype = kv_cache_dtype(dtype, device)
+        dtype = kv_dtype or kv_cache_dtype(dtype, device)
         # Uninitialized: a slot is always written before attention reads it
         # (padding reads clamp to a written slot), and untouched pages of a
         # large pool cost no memory until sequences reach them.

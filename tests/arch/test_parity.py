@@ -93,7 +93,8 @@ def test_logits_match_reference_through_paged_path(case):
     with torch.no_grad():
         expected = ref(torch.tensor([tokens])).logits[0].float()
 
-    runner = ModelRunner(model, num_blocks=16, block_size=4, dtype=torch.float32, device=torch.device("cpu"))
+    runner = ModelRunner(model, num_blocks=16, block_size=4, dtype=torch.float32, device=torch.device("cpu"),
+                         kv_dtype=torch.float32)  # the float32 arithmetic itself, not the bf16 cache CPU engines keep
     seq = Seq(all_token_ids=tokens[:12], block_table=[3, 7, 1])
     got = runner.run(ScheduledBatch([seq], [12])).logits  # cold prefill, 12 tokens
     torch.testing.assert_close(got[0], expected[11], atol=1e-4, rtol=1e-4)
@@ -120,7 +121,8 @@ def test_batched_decode_matches_single_rows():
     prompts = [torch.randint(0, 96, (n,), generator=gen).tolist() for n in (3, 9, 14)]
     with torch.no_grad():
         expected = [ref(torch.tensor([p])).logits[0, -1] for p in prompts]
-    runner = ModelRunner(model, num_blocks=16, block_size=4, dtype=torch.float32, device=torch.device("cpu"))
+    runner = ModelRunner(model, num_blocks=16, block_size=4, dtype=torch.float32, device=torch.device("cpu"),
+                         kv_dtype=torch.float32)  # the float32 arithmetic itself, not the bf16 cache CPU engines keep
     seqs, next_block = [], 0
     for p in prompts:
         need = -(-len(p) // 4)

@@ -62,3 +62,14 @@ def test_accelerators_and_named_dtypes_are_not_second_guessed(cpu):
     assert resolve_dtype("float32") == torch.float32
     with pytest.raises(ValueError, match="--dtype 'int3' is not one of: auto, bfloat16"):
         resolve_dtype("int3")
+
+
+def test_a_float32_cpu_engine_keeps_its_kv_cache_in_bf16():
+    """Half the memory, and decode attention in the native kernel; accelerators and bf16 keep their dtype."""
+    from inferd.engine.runner import kv_cache_dtype
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert kv_cache_dtype(torch.float32, cpu) == torch.bfloat16
+    assert kv_cache_dtype(torch.bfloat16, cpu) == torch.bfloat16
+    assert kv_cache_dtype(torch.float32, cuda) == torch.float32
+    assert kv_cache_dtype(torch.float16, cuda) == torch.float16
