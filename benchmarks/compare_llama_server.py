@@ -54,7 +54,8 @@ _AVX2_MACHINE = {"avx", "avx2", "fma", "f16c", "bmi2"}  # x86-64-v3, as inferd's
 
 
 def named_isa_options(flags: set[str]) -> list[str]:
-    return ["-DGGML_NATIVE=OFF", *(f"-DGGML_{opt}={'ON' if flag in flags else 'OFF'}" for opt, flag in _GGML_ISA.items()),
+    named = (f"-DGGML_{opt}={'ON' if flag in flags else 'OFF'}" for opt, flag in _GGML_ISA.items())
+    return ["-DGGML_NATIVE=OFF", *named,
             "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"]
 
 

@@ -95,7 +95,7 @@ def paged_attention(
                                               out_decode[rows])
         else:
             out_decode[rows] = _decode_attention(q_decode[rows], k_cache, v_cache, view, scale)
-    if out_decode.data_ptr() != out.data_ptr() and decode_rows:
+    if q.dtype != stored and decode_rows:
         out[:decode_rows] = out_decode
     for span in meta.prefills:
         view = span.sliding if sliding and span.sliding is not None else span.full

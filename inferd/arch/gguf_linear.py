@@ -3,9 +3,9 @@
 Decode steps (a few rows) run `inferd.kernels.gguf_gemv` over the file's
 bytes: the weights are exactly the file's, read at their stored size
 (reordered into tiles of 8 rows at load where the rows fill them,
-`gguf_gemv.to_tiles`). A
-fused projection (Q, K and V; gate and up) may mix block formats, so it keeps
-one part per source tensor, each writing its own columns of the output.
+`gguf_gemv.to_tiles`). A fused projection (Q, K and V; gate and up) may mix
+block formats, so it keeps one part per source tensor, each writing its own
+columns of the output.
 Prefill, bound by compute rather than bytes, uses the dense weight (the
 file's values in the engine dtype, packed for oneDNN where that applies),
 except for the leading rows a step marks as lone decode rows
@@ -50,8 +50,8 @@ class GGUFLinear(nn.Module):
             layer = cls(dense.shape[1], [(block_format, raw.shape[0]) for block_format, raw in raws], dtype,
                         bias is not None, dense_from_rows)
         for i, (block_format, raw) in enumerate(raws):
-            setattr(layer, f"raw{i}", gguf_gemv.to_tiles(block_format, raw) if gguf_gemv.tiled(block_format, raw.shape[0])
-                    else raw)
+            tiled = gguf_gemv.tiled(block_format, raw.shape[0])
+            setattr(layer, f"raw{i}", gguf_gemv.to_tiles(block_format, raw) if tiled else raw)
         if bias is not None:
             layer.bias = nn.Parameter(bias.to(dtype), requires_grad=False)
         if dense_from_rows is not None:

@@ -75,7 +75,8 @@ class ModelRunner:
     @staticmethod
     def kv_bytes_per_token(model: CausalLM, dtype: torch.dtype, device: torch.device) -> int:
         cfg = model.cfg
-        return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * torch.finfo(kv_cache_dtype(dtype, device)).bits // 8
+        bits = torch.finfo(kv_cache_dtype(dtype, device)).bits
+        return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * bits // 8
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> StepResult:
