@@ -3,7 +3,7 @@
     python benchmarks/gguf_tiles.py [--isa avx512 avx2 portable] [--rows 1 4 8]
 
 For each block format of the bundled model at its shapes (the Q8_0 head,
-Q5_0 and Q4_K and Q6_K projections), enough copies of the weights to stream
+Q5_0 and Q4_K and Q6_K projections; and a Q5_K one, as Q5_K_M files have), enough copies of the weights to stream
 from memory rather than the caches, the same activations through both
 layouts; prints the fastest of 5 passes per layout and the bytes read per
 second. 2 threads, as the server's default on this machine.
@@ -20,14 +20,15 @@ import torch
 from inferd.kernels import gguf_gemv, isa
 
 SHAPES = [("Q8_0", 262144, 640, "token_embd (the head)"), ("Q5_0", 2048, 640, "ffn_gate"),
-          ("Q5_0", 1024, 640, "attn_q"), ("Q4_K", 640, 1024, "attn_output"), ("Q6_K", 640, 2048, "ffn_down")]
+          ("Q5_0", 1024, 640, "attn_q"), ("Q4_K", 640, 1024, "attn_output"), ("Q6_K", 640, 2048, "ffn_down"),
+          ("Q5_K", 640, 2048, "ffn_down in Q5_K")]  # as a Q5_K_M file has it
 
 
 def random_rows(block_format: str, n: int, k: int, rng: np.random.Generator) -> torch.Tensor:
     """Any bytes are valid blocks but for the fp16 scales: set those to a small value."""
     _, size, nbytes = gguf_gemv.BLOCKS[block_format]
     blocks = rng.integers(0, 256, (n, k // size, nbytes), dtype=np.uint8)
-    offsets = {"Q4_K": (0, 2), "Q6_K": (208,)}.get(block_format, (0,))
+    offsets = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}.get(block_format, (0,))
     for offset in offsets:
         blocks[:, :, offset:offset + 2] = np.full((n, k // size), 0.01, np.float16)[..., None].view(np.uint8)
     return torch.from_numpy(blocks.reshape(n, -1))

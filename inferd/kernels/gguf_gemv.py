@@ -5,7 +5,7 @@ of the block formats below; the product quantizes activations to int8 per
 group of 32 inputs and sums exact integer products per block, as llama.cpp
 does. Meant for decode steps: up to eight rows per pass over the weights.
 
-Tensors whose rows fill tiles of 8 (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K) are held
+Tensors whose rows fill tiles of 8 (every format above) are held
 in tiles (`to_tiles`, gguf_tiles.h): the file's values and scales reordered
 at load so that one vector op sums 8 output rows, up to 2-3 times faster
 than a row at a time.
@@ -32,7 +32,7 @@ BLOCKS = {
 }
 MAX_ROWS = 8  # activation rows applied per pass over the weights
 TILE = 8  # output rows per tile
-TILE_FORMATS = ("Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q6_K")
+TILE_FORMATS = ("Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q5_K", "Q6_K")
 _TILED = 0x100  # beside a part's type: its bytes are tiles
 
 
@@ -64,8 +64,12 @@ def tiled(block_format: str, rows: int) -> bool:
 
 
 def tiled_row_bytes(block_format: str, in_features: int) -> int:
-    """A row's bytes in tiles: the file's, but for Q4_K, whose 6-bit scales are unpacked (148 bytes for 144)."""
-    return in_features // 256 * 148 if block_format == "Q4_K" else row_bytes(block_format, in_features)
+    """A row's bytes in tiles: the file's, but for Q4_K and Q5_K, whose 6-bit scales are unpacked
+    (148 bytes for 144, 180 for 176)."""
+    unpacked = {"Q4_K": 148, "Q5_K": 180}
+    if block_format in unpacked:
+        return in_features // 256 * unpacked[block_format]
+    return row_bytes(block_format, in_features)
 
 
 def to_tiles(block_format: str, raw: torch.Tensor, lib: ctypes.CDLL | None = None) -> torch.Tensor:

@@ -1,4 +1,4 @@
-/* Q8_0, Q4_0, Q5_0, Q4_K and Q6_K weights in tiles of 8 output rows: the
+/* Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and Q6_K weights in tiles of 8 output rows: the
  * file's values and scales unchanged, reordered at load so that one 32-byte
  * vector holds 4 consecutive weights of each of the 8 rows. A dot product
  * with 4 activation bytes broadcast to every lane then sums 8 rows at once,
@@ -13,11 +13,13 @@
  *   Q4_0, Q5_0: 128 bytes of nibbles, pair p (0..3) = for each row r, the file's
  *         nibble bytes 4p..4p+3 (low nibbles: weights 4p.., high: 16+4p..)
  * so a tile group takes 8 times a row block's bytes, and a tiled tensor the file's size.
- * Q4_K and Q6_K tiles go by blocks of 256 weights:
+ * K tiles go by blocks of 256 weights:
  *   Q4_K: 16 bytes d, 16 bytes dmin, 64 bytes of scales and 64 of mins (sub-block j's
  *         for the 8 rows at 8j..8j+7, unpacked from 6 bits), 1024 bytes of nibbles:
  *         (pair p, step i) = for each row, the file's bytes 32p+4i..+3 (low nibbles:
  *         sub-block 2p, high: 2p+1); 148 bytes a row where the file has 144
+ *   Q5_K: as Q4_K with, before the nibbles, 256 bytes of fifth bits: step i = each
+ *         row's qh bytes 4i..4i+3 (bit j: sub-block j's); 180 bytes a row for 176
  *   Q6_K: 16 bytes d, 128 bytes of int8 scales (sub-block s of 16 at 8s), 1024 bytes
  *         of ql (half h, offset q, step i) = each row's ql bytes 64h+32q+4i..+3, 512 bytes
  *         of qh (half h, step i) = each row's qh bytes 32h+4i..+3; the file's 210 a row
@@ -47,10 +49,11 @@
 
 /* A tensor is held in tiles when its format has a tiled kernel and its rows fill whole tiles. */
 int inferd_gguf_tiled(int type, int64_t rows) {
-    return (type == Q8_0 || type == Q4_0 || type == Q5_0 || type == Q4_K || type == Q6_K) && rows % TILE == 0;
+    return (type == Q8_0 || type == Q4_0 || type == Q5_0 || type == Q4_K || type == Q5_K || type == Q6_K) &&
+           rows % TILE == 0;
 }
 
-static int is_k(int type) { return type == Q4_K || type == Q6_K; }
+static int is_k(int type) { return type == Q4_K || type == Q5_K || type == Q6_K; }
 
 /* Bytes of one tile group: 32 weights of 8 rows, or 256 for the K formats. */
 static int tile_group_bytes(int type) {
@@ -59,14 +62,15 @@ static int tile_group_bytes(int type) {
     case Q5_0: return 8 * 22;
     case Q4_0: return 8 * 18;
     case Q4_K: return 8 * 148;
+    case Q5_K: return 8 * 180;
     default: return 8 * 210;
     }
 }
 
-/* A row's bytes in tiles (the file's, but for Q4_K's unpacked scales). */
+/* A row's bytes in tiles (the file's, but for Q4_K's and Q5_K's unpacked scales). */
 int64_t inferd_gguf_tiled_row_bytes(int type, int64_t K) { return K / (is_k(type) ? 256 : GROUP) * tile_group_bytes(type) / TILE; }
 
-/* Q4_K's 6-bit scale and min of sub-block j (0..7) from its 12 packed bytes. */
+/* Q4_K's (and Q5_K's) 6-bit scale and min of sub-block j (0..7) from its 12 packed bytes. */
 static inline void unpack_k4_scale(int j, const uint8_t *s, uint8_t *scale, uint8_t *min) {
     if (j < 4) {
         *scale = s[j] & 63, *min = s[j + 4] & 63;
@@ -76,13 +80,19 @@ static inline void unpack_k4_scale(int j, const uint8_t *s, uint8_t *scale, uint
     }
 }
 
+/* Where a Q4_K or Q5_K tile block's nibbles start. */
+static inline int k_nibbles_at(int type) { return type == Q5_K ? 416 : 160; }
+
 /* One row's block of 256 into its place in a K tile. */
 static void tile_k_block(int type, const uint8_t *blk, int r, uint8_t *out) {
-    if (type == Q4_K) {
+    if (type == Q4_K || type == Q5_K) {
+        const int five = type == Q5_K;
         memcpy(out + 2 * r, blk, 2), memcpy(out + 16 + 2 * r, blk + 2, 2);
         for (int j = 0; j < 8; j++) unpack_k4_scale(j, blk + 4, out + 32 + 8 * j + r, out + 96 + 8 * j + r);
+        for (int i = 0; five && i < 8; i++) memcpy(out + 160 + 32 * i + 4 * r, blk + 16 + 4 * i, 4);
         for (int p = 0; p < 4; p++)
-            for (int i = 0; i < 8; i++) memcpy(out + 160 + 256 * p + 32 * i + 4 * r, blk + 16 + 32 * p + 4 * i, 4);
+            for (int i = 0; i < 8; i++)
+                memcpy(out + k_nibbles_at(type) + 256 * p + 32 * i + 4 * r, blk + (five ? 48 : 16) + 32 * p + 4 * i, 4);
         return;
     }
     memcpy(out + 2 * r, blk + 208, 2);
@@ -100,7 +110,7 @@ int inferd_gguf_to_tiles(int type, const uint8_t *src, int64_t N, int64_t K, uin
     const int64_t block = is_k(type) ? 256 : GROUP;
     if (!inferd_gguf_tiled(type, N) || K % block) return -2;
     const int64_t groups = K / block, tiles = N / TILE;
-    const int64_t size = type == Q4_K ? 144 : type == Q6_K ? 210 : tile_group_bytes(type) / TILE; /* the file's */
+    const int64_t size = type == Q4_K ? 144 : type == Q5_K ? 176 : type == Q6_K ? 210 : tile_group_bytes(type) / TILE;
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < tiles; t++) {
         for (int64_t g = 0; g < groups; g++) {
@@ -216,11 +226,12 @@ static inline __m256 bytes_as_floats(const uint8_t *p, int is_signed) {
     return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
 }
 
-INLINE void tile_rows_q4k(const uint8_t *tile, const Acts *a, const int m0, const int M, __m256 *acc) {
+/* Q4_K, or Q5_K with its fifth bits. */
+INLINE void tile_rows_q4k(const int type, const uint8_t *tile, const Acts *a, const int m0, const int M, __m256 *acc) {
     const __m256i mask = _mm256_set1_epi8(0x0f);
     for (int m = 0; m < M; m++) acc[m] = _mm256_setzero_ps();
     for (int64_t b = 0; b < a->groups / 8; b++) {
-        const uint8_t *blk = tile + b * tile_group_bytes(Q4_K);
+        const uint8_t *blk = tile + b * tile_group_bytes(type);
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk)),
                      dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
         for (int p = 0; p < 4; p++) {
@@ -228,8 +239,12 @@ INLINE void tile_rows_q4k(const uint8_t *tile, const Acts *a, const int m0, cons
             __m256i lo[MAX_ROWS], hi[MAX_ROWS];
             for (int m = 0; m < M; m++) lo[m] = hi[m] = _mm256_setzero_si256();
             for (int i = 0; i < 8; i++) {
-                const __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + 160 + 256 * p + 32 * i));
-                const __m256i q0 = _mm256_and_si256(raw, mask), q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+                const __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + k_nibbles_at(type) + 256 * p + 32 * i));
+                __m256i q0 = _mm256_and_si256(raw, mask), q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+                if (type == Q5_K) {
+                    const __m256i high = _mm256_loadu_si256((const __m256i *)(blk + 160 + 32 * i));
+                    q0 = _mm256_or_si256(q0, fifth_bits(high, 2 * p)), q1 = _mm256_or_si256(q1, fifth_bits(high, 2 * p + 1));
+                }
                 for (int m = 0; m < M; m++) {
                     lo[m] = tile_dot(lo[m], q0, broadcast4(act_q(a, m0 + m, g) + 4 * i));
                     hi[m] = tile_dot(hi[m], q1, broadcast4(act_q(a, m0 + m, g + 1) + 4 * i));
@@ -296,8 +311,8 @@ INLINE void tile_rows_q6k(const uint8_t *tile, const Acts *a, const int m0, cons
 }
 
 INLINE void tile_rows(const int type, const uint8_t *tile, const Acts *a, const int m0, const int M, __m256 *acc) {
-    if (type == Q4_K)
-        tile_rows_q4k(tile, a, m0, M, acc);
+    if (type == Q4_K || type == Q5_K)
+        tile_rows_q4k(type, tile, a, m0, M, acc);
     else if (type == Q6_K)
         tile_rows_q6k(tile, a, m0, M, acc);
     else
@@ -344,14 +359,15 @@ static void tile_rows_portable_k(const int type, const uint8_t *tile, const Acts
         const uint8_t *blk = tile + b * tile_group_bytes(type);
         for (int r = 0; r < TILE; r++) {
             const float d = load_half(blk + 2 * r);
-            for (int part = 0; part < 8; part++) { /* Q4_K: (pair, half); Q6_K: (half, chunk) */
+            for (int part = 0; part < 8; part++) { /* Q4_K, Q5_K: (pair, half); Q6_K: (half, chunk) */
                 int q[32];
                 const int64_t g = 8 * b + part;
                 for (int l = 0; l < 32; l++) {
                     const int i = l / 4, j = l % 4;
-                    if (type == Q4_K) {
-                        const uint8_t byte = blk[160 + 256 * (part / 2) + 32 * i + 4 * r + j];
+                    if (type != Q6_K) {
+                        const uint8_t byte = blk[k_nibbles_at(type) + 256 * (part / 2) + 32 * i + 4 * r + j];
                         q[l] = part % 2 ? byte >> 4 : byte & 0xf;
+                        if (type == Q5_K) q[l] |= ((blk[160 + 32 * i + 4 * r + j] >> part) & 1) << 4;
                     } else {
                         const int h = part / 4, c = part % 4;
                         const uint8_t low = blk[144 + 512 * h + 256 * (c & 1) + 32 * i + 4 * r + j];
@@ -363,7 +379,7 @@ static void tile_rows_portable_k(const int type, const uint8_t *tile, const Acts
                     const int8_t *x = act_q(a, m0 + m, g);
                     const float dx = act_d(a, m0 + m, g);
                     float *out = &acc[m * TILE + r];
-                    if (type == Q4_K) {
+                    if (type != Q6_K) {
                         const float scale = d * (float)blk[32 + 8 * part + r], min = load_half(blk + 16 + 2 * r) * (float)blk[96 + 8 * part + r];
                         *out = fmaf((float)dot_ints(q, x, 32), scale * dx, *out);
                         *out = fmaf(min, -(dx * (float)act_sum(a, m0 + m, g)), *out);
