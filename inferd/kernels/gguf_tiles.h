@@ -162,6 +162,17 @@ static inline __m256i tile_dot(__m256i sums, __m256i u, __m256i s) {
 #endif
 }
 
+/* Two such dots at once, for weights u0, u1 <= 63: without VNNI the two int16 pair sums
+ * add before widening (at most 4 * 63 * 128 < 2^15), one widening instead of two. */
+static inline __m256i tile_dot2(__m256i sums, __m256i u0, __m256i s0, __m256i u1, __m256i s1) {
+#if TILES_VNNI
+    return tile_dot(tile_dot(sums, u0, s0), u1, s1);
+#else
+    const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1));
+    return _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+#endif
+}
+
 /* The same for signed weights w: with VNNI as w + 128 (the caller subtracts 128 times the
  * activations' sum), otherwise |w| times x carrying w's sign. */
 #if TILES_VNNI
@@ -211,7 +222,7 @@ INLINE void tile_rows_32(const int type, const uint8_t *tile, const Acts *a, con
                 if (type == Q5_0) lo = _mm256_or_si256(lo, fifth_bits(high, p)), hi = _mm256_or_si256(hi, fifth_bits(high, p + 4));
                 for (int m = 0; m < M; m++) {
                     const int8_t *x = act_q(a, m0 + m, g);
-                    sums[m] = tile_dot(tile_dot(sums[m], lo, broadcast4(x + 4 * p)), hi, broadcast4(x + 16 + 4 * p));
+                    sums[m] = tile_dot2(sums[m], lo, broadcast4(x + 4 * p), hi, broadcast4(x + 16 + 4 * p));
                 }
             }
         }
@@ -238,16 +249,21 @@ INLINE void tile_rows_q4k(const int type, const uint8_t *tile, const Acts *a, co
             const int64_t g = 8 * b + 2 * p;
             __m256i lo[MAX_ROWS], hi[MAX_ROWS];
             for (int m = 0; m < M; m++) lo[m] = hi[m] = _mm256_setzero_si256();
-            for (int i = 0; i < 8; i++) {
-                const __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + k_nibbles_at(type) + 256 * p + 32 * i));
-                __m256i q0 = _mm256_and_si256(raw, mask), q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
-                if (type == Q5_K) {
-                    const __m256i high = _mm256_loadu_si256((const __m256i *)(blk + 160 + 32 * i));
-                    q0 = _mm256_or_si256(q0, fifth_bits(high, 2 * p)), q1 = _mm256_or_si256(q1, fifth_bits(high, 2 * p + 1));
+            for (int i = 0; i < 8; i += 2) {
+                __m256i q0[2], q1[2];
+                for (int k = 0; k < 2; k++) {
+                    const __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + k_nibbles_at(type) + 256 * p + 32 * (i + k)));
+                    q0[k] = _mm256_and_si256(raw, mask), q1[k] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+                    if (type == Q5_K) {
+                        const __m256i high = _mm256_loadu_si256((const __m256i *)(blk + 160 + 32 * (i + k)));
+                        q0[k] = _mm256_or_si256(q0[k], fifth_bits(high, 2 * p));
+                        q1[k] = _mm256_or_si256(q1[k], fifth_bits(high, 2 * p + 1));
+                    }
                 }
                 for (int m = 0; m < M; m++) {
-                    lo[m] = tile_dot(lo[m], q0, broadcast4(act_q(a, m0 + m, g) + 4 * i));
-                    hi[m] = tile_dot(hi[m], q1, broadcast4(act_q(a, m0 + m, g + 1) + 4 * i));
+                    const int8_t *x0 = act_q(a, m0 + m, g) + 4 * i, *x1 = act_q(a, m0 + m, g + 1) + 4 * i;
+                    lo[m] = tile_dot2(lo[m], q0[0], broadcast4(x0), q0[1], broadcast4(x0 + 4));
+                    hi[m] = tile_dot2(hi[m], q1[0], broadcast4(x1), q1[1], broadcast4(x1 + 4));
                 }
             }
             for (int half = 0; half < 2; half++) {
@@ -288,14 +304,22 @@ INLINE void tile_rows_q6k(const uint8_t *tile, const Acts *a, const int m0, cons
                     first[m] = _mm256_set1_epi32(-32 * act_sum16(a, m0 + m, sub));
                     second[m] = _mm256_set1_epi32(-32 * act_sum16(a, m0 + m, sub + 1));
                 }
-                for (int i = 0; i < 8; i++) {
-                    const __m256i q = q6k_chunk(blk, h, c, i);
+                /* One row: a step at a time keeps the chains short; more rows: steps in pairs. */
+                for (int i = 0; M == 1 && i < 8; i++) {
+                    const __m256i q = q6k_chunk(blk, h, c, i), x = broadcast4(act_q(a, m0, g) + 4 * i);
+                    if (i < 4)
+                        first[0] = tile_dot(first[0], q, x);
+                    else
+                        second[0] = tile_dot(second[0], q, x);
+                }
+                for (int i = 0; M > 1 && i < 8; i += 2) {
+                    const __m256i q0 = q6k_chunk(blk, h, c, i), q1 = q6k_chunk(blk, h, c, i + 1);
                     for (int m = 0; m < M; m++) {
-                        const __m256i x = broadcast4(act_q(a, m0 + m, g) + 4 * i);
+                        const int8_t *x = act_q(a, m0 + m, g) + 4 * i;
                         if (i < 4)
-                            first[m] = tile_dot(first[m], q, x);
+                            first[m] = tile_dot2(first[m], q0, broadcast4(x), q1, broadcast4(x + 4));
                         else
-                            second[m] = tile_dot(second[m], q, x);
+                            second[m] = tile_dot2(second[m], q0, broadcast4(x), q1, broadcast4(x + 4));
                     }
                 }
                 const __m256 s0 = _mm256_mul_ps(d, bytes_as_floats(blk + 16 + 8 * (8 * h + 2 * c), 1)),
