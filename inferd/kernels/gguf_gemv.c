@@ -99,7 +99,35 @@ static inline __m256i spread_bits(uint32_t bits, char value) {
 #define ACC_ADD(i, m, ints, scale) \
     acc[i][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ints), _mm256_set1_ps(scale), acc[i][m])
 #define ACC_STORE for (int m = 0; m < M; m++) y[m] = sum_lanes(_mm256_add_ps(acc[0][m], acc[1][m])) - offset[m]
+#else
+/* The vector paths' arithmetic in scalar C, so every build gives the same bits: a block's
+ * 32 products summed in 8 lanes of 4, each lane scaled into one of two accumulators, the
+ * lanes summed at the end in the vector paths' order. */
+#define ACC_INIT float acc[2][MAX_ROWS][8] = {{{0}}}
+#define ACC_STORE for (int m = 0; m < M; m++) y[m] = sum_lanes(acc[0][m], acc[1][m]) - offset[m]
+
+/* acc[l] += (sum of q[4l..4l+3] x[4l..4l+3]) * scale, lanes 0-3 by `low`, 4-7 by `high`. */
+static inline void lanes_add(float *acc, const int *q, const int8_t *x, float low, float high) {
+    for (int l = 0; l < 8; l++) {
+        int32_t dot = 0;
+        for (int j = 0; j < 4; j++) dot += q[4 * l + j] * x[4 * l + j];
+        acc[l] = fmaf((float)dot, l < 4 ? low : high, acc[l]);
+    }
+}
+
+static inline float sum_lanes(const float *a, const float *b) {
+    float v[8], s4[4];
+    for (int l = 0; l < 8; l++) v[l] = a[l] + b[l];
+    for (int i = 0; i < 4; i++) s4[i] = v[i] + v[i + 4];
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
 #endif
+
+/* Q4_K / Q5_K: a pair of sub-blocks' mins, dmin (m0 d0 s0 + m1 d1 s1), added to `offset`
+ * by fused multiply-adds on every build. */
+static inline float add_mins(float offset, float dmin, int m0, float d0, int32_t s0, int m1, float d1, int32_t s1) {
+    return fmaf(dmin, fmaf((float)m1 * d1, (float)s1, ((float)m0 * d0) * (float)s0), offset);
+}
 
 /* One output row of each type: y[m] = sum_k w[k] x[m][k], for the M activation rows. */
 
@@ -115,18 +143,15 @@ INLINE void row_q8_0(const uint8_t *w, const Acts *a, const int M, float *y) {
     }
     ACC_STORE;
 #else
-    for (int m = 0; m < M; m++) y[m] = 0;
+    ACC_INIT;
     for (int64_t b = 0; b < a->groups; b++) {
         const uint8_t *blk = w + b * 34;
         const float d = load_half(blk);
-        for (int m = 0; m < M; m++) {
-            const int8_t *x = act_q(a, m, b);
-            int32_t dot = 0;
-            for (int j = 0; j < 32; j++) dot += (int8_t)blk[2 + j] * x[j];
-            y[m] += (float)dot * (d * act_d(a, m, b));
-        }
+        int q[32];
+        for (int j = 0; j < 32; j++) q[j] = (int8_t)blk[2 + j];
+        for (int m = 0; m < M; m++) lanes_add(acc[b & 1][m], q, act_q(a, m, b), d * act_d(a, m, b), d * act_d(a, m, b));
     }
-    (void)offset;
+    ACC_STORE;
 #endif
 }
 
@@ -150,7 +175,7 @@ INLINE void row_q4_q5_0(const uint8_t *w, const Acts *a, const int M, float *y, 
     }
     ACC_STORE;
 #else
-    for (int m = 0; m < M; m++) y[m] = 0;
+    ACC_INIT;
     for (int64_t b = 0; b < a->groups; b++) {
         const uint8_t *blk = w + b * size, *nibbles = blk + size - 16;
         const float d = load_half(blk);
@@ -161,14 +186,9 @@ INLINE void row_q4_q5_0(const uint8_t *w, const Acts *a, const int M, float *y, 
             q[j] = (nibbles[j] & 0xf) + (int)(((high >> j) & 1) << 4) - zero;
             q[j + 16] = (nibbles[j] >> 4) + (int)(((high >> (j + 16)) & 1) << 4) - zero;
         }
-        for (int m = 0; m < M; m++) {
-            const int8_t *x = act_q(a, m, b);
-            int32_t dot = 0;
-            for (int j = 0; j < 32; j++) dot += q[j] * x[j];
-            y[m] += (float)dot * (d * act_d(a, m, b));
-        }
+        for (int m = 0; m < M; m++) lanes_add(acc[b & 1][m], q, act_q(a, m, b), d * act_d(a, m, b), d * act_d(a, m, b));
     }
-    (void)offset;
+    ACC_STORE;
 #endif
 }
 
@@ -178,11 +198,7 @@ INLINE void row_q4_q5_k(const uint8_t *w, const Acts *a, const int M, float *y, 
     const int size = five ? 176 : 144;
     const int64_t blocks = a->K / 256;
     float offset[MAX_ROWS] = {0};
-#if VECTORIZED
     ACC_INIT;
-#else
-    for (int m = 0; m < M; m++) y[m] = 0;
-#endif
     for (int64_t b = 0; b < blocks; b++) {
         const uint8_t *blk = w + b * size, *packed = blk + 4, *high = blk + 16, *nibbles = blk + (five ? 48 : 16);
         const float d = load_half(blk), dmin = load_half(blk + 2);
@@ -204,7 +220,8 @@ INLINE void row_q4_q5_k(const uint8_t *w, const Acts *a, const int M, float *y, 
                 const float d0 = act_d(a, m, g), d1 = act_d(a, m, g + 1);
                 ACC_ADD(0, m, dot_u8s8(lo, load32(act_q(a, m, g))), d * scale[2 * pair] * d0);
                 ACC_ADD(1, m, dot_u8s8(hi, load32(act_q(a, m, g + 1))), d * scale[2 * pair + 1] * d1);
-                offset[m] += dmin * (min[2 * pair] * d0 * act_sum(a, m, g) + min[2 * pair + 1] * d1 * act_sum(a, m, g + 1));
+                offset[m] = add_mins(offset[m], dmin, min[2 * pair], d0, act_sum(a, m, g), min[2 * pair + 1], d1,
+                                     act_sum(a, m, g + 1));
             }
 #else
             int q0[32], q1[32];
@@ -213,21 +230,16 @@ INLINE void row_q4_q5_k(const uint8_t *w, const Acts *a, const int M, float *y, 
                 q1[l] = (qs[l] >> 4) + (five && (high[l] >> (2 * pair + 1) & 1) ? 16 : 0);
             }
             for (int m = 0; m < M; m++) {
-                const int8_t *x0 = act_q(a, m, g), *x1 = act_q(a, m, g + 1);
-                int32_t dot0 = 0, dot1 = 0;
-                for (int l = 0; l < 32; l++) dot0 += q0[l] * x0[l], dot1 += q1[l] * x1[l];
                 const float d0 = act_d(a, m, g), d1 = act_d(a, m, g + 1);
-                y[m] += (float)dot0 * (d * scale[2 * pair] * d0) + (float)dot1 * (d * scale[2 * pair + 1] * d1);
-                offset[m] += dmin * (min[2 * pair] * d0 * act_sum(a, m, g) + min[2 * pair + 1] * d1 * act_sum(a, m, g + 1));
+                lanes_add(acc[0][m], q0, act_q(a, m, g), d * scale[2 * pair] * d0, d * scale[2 * pair] * d0);
+                lanes_add(acc[1][m], q1, act_q(a, m, g + 1), d * scale[2 * pair + 1] * d1, d * scale[2 * pair + 1] * d1);
+                offset[m] = add_mins(offset[m], dmin, min[2 * pair], d0, act_sum(a, m, g), min[2 * pair + 1], d1,
+                                     act_sum(a, m, g + 1));
             }
 #endif
         }
     }
-#if VECTORIZED
     ACC_STORE;
-#else
-    for (int m = 0; m < M; m++) y[m] -= offset[m];
-#endif
 }
 
 /* Q6_K: each half of a block is four chunks of 32; chunk c takes low or high
@@ -236,11 +248,7 @@ INLINE void row_q4_q5_k(const uint8_t *w, const Acts *a, const int M, float *y, 
 INLINE void row_q6_k(const uint8_t *w, const Acts *a, const int M, float *y) {
     const int64_t blocks = a->K / 256;
     float offset[MAX_ROWS] = {0};
-#if VECTORIZED
     ACC_INIT;
-#else
-    for (int m = 0; m < M; m++) y[m] = 0;
-#endif
     for (int64_t b = 0; b < blocks; b++) {
         const uint8_t *blk = w + b * 210;
         const int8_t *scales = (const int8_t *)(blk + 192);
@@ -275,21 +283,14 @@ INLINE void row_q6_k(const uint8_t *w, const Acts *a, const int M, float *y) {
                 }
                 const int64_t g = b * 8 + 4 * half + c;
                 for (int m = 0; m < M; m++) {
-                    const int8_t *x = act_q(a, m, g);
-                    int32_t first = 0, second = 0;
-                    for (int l = 0; l < 16; l++) first += q[l] * x[l], second += q[l + 16] * x[l + 16];
                     const float dx = d * act_d(a, m, g);
-                    y[m] += (float)first * (dx * sc[2 * c]) + (float)second * (dx * sc[2 * c + 1]);
+                    lanes_add(acc[c & 1][m], q, act_q(a, m, g), dx * sc[2 * c], dx * sc[2 * c + 1]);
                 }
             }
 #endif
         }
     }
-#if VECTORIZED
     ACC_STORE;
-#else
-    (void)offset;
-#endif
 }
 
 static int64_t row_bytes(int type, int64_t K) {

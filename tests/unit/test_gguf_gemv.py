@@ -208,3 +208,18 @@ def test_parts_of_a_fused_layer_write_their_own_columns(build):
     got = gguf_gemv.matmul(x, parts, bias=bias, out_dtype=torch.float32, lib=lib).double().numpy()
     want = quantized_activations(x) @ np.concatenate([q_dense, k_dense, v_dense]).T + np.arange(60)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("block_format", FORMATS)
+def test_rows_that_fill_no_tiles_give_every_build_the_same_bits(block_format):
+    """The row kernels (a tensor whose rows do not fill tiles of 8) mirror the vector
+    paths' lanes in portable C, so they too are equal to the last bit on every build."""
+    raw, _ = file_rows(block_format, 13, 512, seed=16)
+    parts = gguf_gemv.Parts([(block_format, torch.from_numpy(raw))], 512)
+    x = torch.randn(9, 512, generator=torch.Generator().manual_seed(17))
+    results = {name: gguf_gemv.matmul(x, parts, out_dtype=torch.float32,
+                                      lib=gguf_gemv.library(tuple(isa.march_flags(name))))
+               for name in isa.runnable()}
+    first = next(iter(results.values()))
+    for name, result in results.items():
+        assert torch.equal(result, first), f"{name} differs"
