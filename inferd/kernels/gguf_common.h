@@ -1,4 +1,4 @@
-/* What the GGUF kernels share: the block formats' type ids and the
+/* What the GGUF kernels share: the block formats' type ids, Q4_K/Q5_K scale unpacking and the
  * activation rows quantized to int8 per group of 32 inputs (d = max|x| / 127),
  * as llama.cpp quantizes them for its integer dot products. */
 #ifndef INFERD_GGUF_COMMON_H
@@ -65,5 +65,15 @@ static inline const int8_t *act_q(const Acts *a, int m, int64_t g) { return a->q
 static inline float act_d(const Acts *a, int m, int64_t g) { return a->d[m * a->groups + g]; }
 static inline int32_t act_sum(const Acts *a, int m, int64_t g) { return a->sum[m * a->groups + g]; }
 static inline int32_t act_sum16(const Acts *a, int m, int64_t s) { return a->sum16[m * 2 * a->groups + s]; }
+
+/* Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes. */
+static inline void scale_min_k4(int j, const uint8_t *s, int *scale, int *min) {
+    if (j < 4) {
+        *scale = s[j] & 63, *min = s[j + 4] & 63;
+    } else {
+        *scale = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
+        *min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
 
 #endif

@@ -47,16 +47,6 @@
 
 int inferd_gguf_gemv_vectorized(void) { return VECTORIZED; }
 
-/* Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes. */
-static inline void scale_min_k4(int j, const uint8_t *s, int *scale, int *min) {
-    if (j < 4) {
-        *scale = s[j] & 63, *min = s[j + 4] & 63;
-    } else {
-        *scale = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
-        *min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
 #if VECTORIZED
 /* Eight int32 sums of four u8 x s8 products each (u <= 128, so AVX2's int16 pairs cannot saturate). */
 static inline __m256i dot_u8s8(__m256i u, __m256i s) {

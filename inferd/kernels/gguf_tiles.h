@@ -70,16 +70,6 @@ static int tile_group_bytes(int type) {
 /* A row's bytes in tiles (the file's, but for Q4_K's and Q5_K's unpacked scales). */
 int64_t inferd_gguf_tiled_row_bytes(int type, int64_t K) { return K / (is_k(type) ? 256 : GROUP) * tile_group_bytes(type) / TILE; }
 
-/* Q4_K's (and Q5_K's) 6-bit scale and min of sub-block j (0..7) from its 12 packed bytes. */
-static inline void unpack_k4_scale(int j, const uint8_t *s, uint8_t *scale, uint8_t *min) {
-    if (j < 4) {
-        *scale = s[j] & 63, *min = s[j + 4] & 63;
-    } else {
-        *scale = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
-        *min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
 /* Where a Q4_K or Q5_K tile block's nibbles start. */
 static inline int k_nibbles_at(int type) { return type == Q5_K ? 416 : 160; }
 
@@ -88,7 +78,11 @@ static void tile_k_block(int type, const uint8_t *blk, int r, uint8_t *out) {
     if (type == Q4_K || type == Q5_K) {
         const int five = type == Q5_K;
         memcpy(out + 2 * r, blk, 2), memcpy(out + 16 + 2 * r, blk + 2, 2);
-        for (int j = 0; j < 8; j++) unpack_k4_scale(j, blk + 4, out + 32 + 8 * j + r, out + 96 + 8 * j + r);
+        for (int j = 0; j < 8; j++) {
+            int scale, min;
+            scale_min_k4(j, blk + 4, &scale, &min);
+            out[32 + 8 * j + r] = (uint8_t)scale, out[96 + 8 * j + r] = (uint8_t)min;
+        }
         for (int i = 0; five && i < 8; i++) memcpy(out + 160 + 32 * i + 4 * r, blk + 16 + 4 * i, 4);
         for (int p = 0; p < 4; p++)
             for (int i = 0; i < 8; i++)
