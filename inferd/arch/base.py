@@ -8,6 +8,8 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from inferd.arch.attention import AttentionMetadata, KVCache
+from inferd.arch.fused_decode import FusedDecode
 from inferd.arch.layers import RMSNorm
 from inferd.models.config import ModelConfig
 
@@ -35,6 +37,21 @@ class CausalLM(nn.Module):
                                          _weight=torch.empty(cfg.vocab_size, cfg.hidden_size))
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.fast_head: nn.Module | None = None  # a quantized or packed head (arch.quantize); replaces lm_head
+        self.fuse_decode = True  # decode steps' layers as one native call where they can be (arch/fused_decode.py)
+        self._fused: FusedDecode | None = None
+        self._fused_built = False
+
+    def fused_layers(self, x: torch.Tensor, tables: tuple[torch.Tensor, ...], kv_caches: list[KVCache],
+                     meta: AttentionMetadata) -> torch.Tensor | None:
+        """x after every layer, as one native call, when this step can take it
+        (tables: the global then the local layers' cos and signed sin); else None."""
+        if not self.fuse_decode:
+            return None
+        if not self._fused_built:  # on the first step: after loading has put every weight in place
+            self._fused, self._fused_built = FusedDecode.build(self), True
+        if self._fused is None or not self._fused.covers(x, tables, kv_caches, meta):
+            return None
+        return self._fused(x, tables, kv_caches, meta)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.fast_head is not None:

@@ -52,6 +52,9 @@ class Gemma3ForCausalLM(CausalLM):
         # The scale is rounded to the activation dtype, as the reference does.
         x = x * torch.tensor(self.embed_scale, dtype=x.dtype)
         ropes = (self.rotary_global(positions, x.dtype), self.rotary_local(positions, x.dtype))
+        fused = self.fused_layers(x, (*ropes[0], *ropes[1]), kv_caches, meta)
+        if fused is not None:
+            return self.norm(fused)
         for layer, cache in zip(self.layers, kv_caches):
             x = layer(x, ropes, cache, meta)
         return self.norm(x)

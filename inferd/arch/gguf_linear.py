@@ -72,11 +72,15 @@ class GGUFLinear(nn.Module):
         return torch.cat((self._blocks(flat[:exact]), rest)).view(*x.shape[:-1], self.out_features)
 
     def _blocks(self, x: torch.Tensor) -> torch.Tensor:
+        return gguf_gemv.matmul(x, self.parts(), self.bias, self.kernel_out_dtype)
+
+    def parts(self) -> gguf_gemv.Parts:
+        """The kernel's view of the weights, built on first use."""
         if self._parts is None:
             raws = [(block_format, getattr(self, f"raw{i}")) for i, block_format in enumerate(self.formats)]
             self._parts = gguf_gemv.Parts(raws, self.in_features,
                                           [gguf_gemv.tiled(block_format, raw.shape[0]) for block_format, raw in raws])
-        return gguf_gemv.matmul(x, self._parts, self.bias, self.kernel_out_dtype)
+        return self._parts
 
     def extra_repr(self) -> str:
         dense = "" if self.dense is None and self.packed_dense is None else f", dense_from_rows={self.dense_from_rows}"

@@ -40,6 +40,9 @@ class LlamaForCausalLM(CausalLM):
     ) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
         rope = self.rotary(positions, x.dtype)
+        fused = self.fused_layers(x, (*rope, *rope), kv_caches, meta)
+        if fused is not None:
+            return self.norm(fused)
         for layer, cache in zip(self.layers, kv_caches):
             x = layer(x, rope, cache, meta)
         return self.norm(x)

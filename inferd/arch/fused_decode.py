@@ -1,0 +1,127 @@
+"""A decoder's layers as one native call on decode steps (`kernels.decode_layers`).
+
+Built once per model, on its first decode step, from its modules, when each
+layer is the pre-norm block the call knows (Gemma's four norms or Llama's
+two, a fused QKV and gate/up, an activation with a native kernel) and every
+projection holds the GGUF file's blocks. A step takes it when it only
+decodes, in bf16, on fewer rows than any projection computes densely;
+every other step runs the modules.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+from torch import nn
+
+from inferd.arch.attention import AttentionMetadata, KVCache
+from inferd.arch.gguf_linear import GGUFLinear
+from inferd.arch.self_attention import SelfAttention
+from inferd.kernels import decode_layers as native
+from inferd.kernels.gated_activation import COEFFICIENTS
+
+
+class FusedDecode:
+    def __init__(self, shape: native.Shape, layers: list[native.Layer], max_rows: int, widths: dict[str, int],
+                 keep: list):
+        self.shape = shape
+        self.layers = (native.Layer * len(layers))(*layers)
+        self.max_rows = max_rows
+        self.widths = widths
+        self._keep = keep  # what the structures point into
+        self._caches: list[KVCache] | None = None
+
+    @classmethod
+    def build(cls, model: nn.Module) -> FusedDecode | None:
+        """The plan for `model.layers`, or None when some layer is not of a form the call knows."""
+        if native.kernels() is None or not len(model.layers):
+            return None
+        first = model.layers[0]
+        attention, mlp = first.self_attn, first.mlp
+        if not isinstance(attention, SelfAttention) or getattr(mlp, "act_name", None) not in COEFFICIENTS:
+            return None
+        gemma = hasattr(first, "post_feedforward_layernorm")
+        norms = [first.input_layernorm, first.post_attention_layernorm]
+        if gemma:
+            norms += [first.pre_feedforward_layernorm]
+        layers, keep, max_rows = [], [], None
+        for layer in model.layers:
+            built = _layer(layer, gemma, keep)
+            if built is None:
+                return None
+            layers.append(built[0])
+            max_rows = built[1] if max_rows is None else min(max_rows, built[1])
+        a, b = COEFFICIENTS[mlp.act_name]
+        q_norm = attention.q_norm
+        shape = native.Shape(
+            hidden=model.cfg.hidden_size, heads=attention.num_heads, kv_heads=attention.num_kv_heads,
+            head_dim=attention.head_dim, intermediate=mlp.intermediate, eps=norms[0].eps,
+            qk_eps=q_norm.eps if q_norm is not None else 0.0, scale=attention.scale, act_a=a, act_b=b,
+            scale_in_float=int(norms[0].scale_in_float),
+            qk_scale_in_float=int(q_norm is not None and q_norm.scale_in_float))
+        if any(n.eps != norms[0].eps or n.scale_in_float != norms[0].scale_in_float for n in norms):
+            return None
+        hidden, heads = model.cfg.hidden_size, attention.num_heads + attention.num_kv_heads
+        widths = {"x": hidden, "y": hidden, "normed": hidden, "qkv": first.self_attn.qkv_proj.out_features,
+                  "qk": heads * attention.head_dim, "attended": attention.q_size, "projected": hidden,
+                  "gate_up": 2 * mlp.intermediate, "activated": mlp.intermediate}
+        return cls(shape, layers, max_rows, widths, keep)
+
+    def covers(self, x: torch.Tensor, ropes: tuple, kv_caches: list[KVCache], meta: AttentionMetadata) -> bool:
+        """Whether this step's layers can be the one call."""
+        rows = x.shape[0]
+        if meta.prefills or not meta.decodes or meta.decodes[-1].end != rows or rows >= self.max_rows:
+            return False
+        if x.dtype != torch.bfloat16 or not x.is_cpu or any(t.dtype != torch.bfloat16 for t in ropes):
+            return False
+        k_cache = kv_caches[0][0]
+        if k_cache.dtype != torch.bfloat16 or not k_cache.is_contiguous():
+            return False
+        views = [v for g in meta.decodes for v in (g.full, g.sliding) if v is not None]
+        return all(v.slots.dtype == torch.int64 and v.slots.is_contiguous() and v.mask.dtype == torch.float32
+                   and v.mask.is_contiguous() for v in views)
+
+    def __call__(self, x: torch.Tensor, ropes: tuple, kv_caches: list[KVCache], meta: AttentionMetadata):
+        """x after the layers; `ropes`: (global cos, sin, local cos, sin)."""
+        if self._caches is not kv_caches:
+            for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
+                layer.k_cache, layer.v_cache = k_cache.data_ptr(), v_cache.data_ptr()
+            self._caches = kv_caches
+        groups = (native.Group * len(meta.decodes))(*(_group(g) for g in meta.decodes))
+        tables = [t.contiguous() for t in ropes]
+        slots = meta.slot_mapping.contiguous()
+        return native.run(self.shape, self.layers, x.contiguous(), tables, slots, groups, self.widths)
+
+
+def _layer(layer: nn.Module, gemma: bool, keep: list) -> tuple[native.Layer, int] | None:
+    """One layer's structure and the fewest rows any of its projections computes densely."""
+    attention, mlp = layer.self_attn, layer.mlp
+    projections = [attention.qkv_proj, attention.o_proj, mlp.gate_up_proj, mlp.down_proj]
+    if not all(isinstance(p, GGUFLinear) and p.kernel_out_dtype == torch.bfloat16 for p in projections):
+        return None
+    if gemma != hasattr(layer, "post_feedforward_layernorm"):
+        return None
+    parts = [p.parts() for p in projections]
+    keep += parts
+    qk_norm = None if attention.q_norm is None else attention._qk_norm_weight()
+    norms = [layer.input_layernorm.weight,
+             layer.post_attention_layernorm.weight if gemma else None,
+             (layer.pre_feedforward_layernorm if gemma else layer.post_attention_layernorm).weight,
+             layer.post_feedforward_layernorm.weight if gemma else None, qk_norm]
+    if any(w is not None and not (w.dtype == torch.float32 and w.is_contiguous()) for w in norms):
+        return None
+    keep += [w for w in norms if w is not None]
+    built = native.Layer(*(None if w is None else w.data_ptr() for w in norms),
+                         *(native.projection(part, p.bias) for part, p in zip(parts, projections)),
+                         None, None, int(attention.sliding))
+    dense = [p.dense_from_rows for p in projections if p.dense_from_rows is not None]
+    return built, min(dense, default=1 << 30)
+
+
+def _group(group) -> native.Group:
+    full, sliding = group.full, group.sliding
+    return native.Group(group.start, group.end, full.slots.data_ptr(), full.mask.data_ptr(), full.slots.shape[-1],
+                        None if sliding is None else sliding.slots.data_ptr(),
+                        None if sliding is None else sliding.mask.data_ptr(),
+                        0 if sliding is None else sliding.slots.shape[-1])
