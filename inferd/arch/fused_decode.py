@@ -4,8 +4,9 @@ Built once per model, on its first decode step, from its modules, when each
 layer is the pre-norm block the call knows (Gemma's four norms or Llama's
 two, a fused QKV and gate/up, an activation with a native kernel) and every
 projection holds the GGUF file's blocks. A step takes it when it only
-decodes, in bf16, on fewer rows than any projection computes densely;
-every other step runs the modules.
+decodes, in the model's dtype (bf16, or float32 beside a bf16 KV cache), on
+fewer rows than any projection computes densely; every other step runs the
+modules.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class FusedDecode:
     def __init__(self, shape: native.Shape, layers: list[native.Layer], max_rows: int, widths: dict[str, int],
                  keep: list):
         self.shape = shape
+        self.dtype = torch.float32 if shape.is_float else torch.bfloat16
         self.layers = (native.Layer * len(layers))(*layers)
         self.max_rows = max_rows
         self.widths = widths
@@ -45,9 +47,12 @@ class FusedDecode:
         norms = [first.input_layernorm, first.post_attention_layernorm]
         if gemma:
             norms += [first.pre_feedforward_layernorm]
+        dtype = attention.qkv_proj.kernel_out_dtype if isinstance(attention.qkv_proj, GGUFLinear) else None
+        if dtype not in (torch.bfloat16, torch.float32):
+            return None
         layers, keep, max_rows = [], [], None
         for layer in model.layers:
-            built = _layer(layer, gemma, keep)
+            built = _layer(layer, gemma, dtype, keep)
             if built is None:
                 return None
             layers.append(built[0])
@@ -59,13 +64,14 @@ class FusedDecode:
             head_dim=attention.head_dim, intermediate=mlp.intermediate, eps=norms[0].eps,
             qk_eps=q_norm.eps if q_norm is not None else 0.0, scale=attention.scale, act_a=a, act_b=b,
             scale_in_float=int(norms[0].scale_in_float),
-            qk_scale_in_float=int(q_norm is not None and q_norm.scale_in_float))
+            qk_scale_in_float=int(q_norm is not None and q_norm.scale_in_float), is_float=int(dtype == torch.float32))
         if any(n.eps != norms[0].eps or n.scale_in_float != norms[0].scale_in_float for n in norms):
             return None
         hidden, heads = model.cfg.hidden_size, attention.num_heads + attention.num_kv_heads
         widths = {"x": hidden, "y": hidden, "normed": hidden, "qkv": first.self_attn.qkv_proj.out_features,
                   "qk": heads * attention.head_dim, "attended": attention.q_size, "projected": hidden,
-                  "gate_up": 2 * mlp.intermediate, "activated": mlp.intermediate}
+                  "gate_up": 2 * mlp.intermediate, "activated": mlp.intermediate,
+                  "queries": attention.q_size, "attended_bf16": attention.q_size}
         return cls(shape, layers, max_rows, widths, keep)
 
     def covers(self, x: torch.Tensor, ropes: tuple, kv_caches: list[KVCache], meta: AttentionMetadata) -> bool:
@@ -73,7 +79,7 @@ class FusedDecode:
         rows = x.shape[0]
         if meta.prefills or not meta.decodes or meta.decodes[-1].end != rows or rows >= self.max_rows:
             return False
-        if x.dtype != torch.bfloat16 or not x.is_cpu or any(t.dtype != torch.bfloat16 for t in ropes):
+        if x.dtype != self.dtype or not x.is_cpu or any(t.dtype != self.dtype for t in ropes):
             return False
         k_cache = kv_caches[0][0]
         if k_cache.dtype != torch.bfloat16 or not k_cache.is_contiguous():
@@ -94,11 +100,11 @@ class FusedDecode:
         return native.run(self.shape, self.layers, x.contiguous(), tables, slots, groups, self.widths)
 
 
-def _layer(layer: nn.Module, gemma: bool, keep: list) -> tuple[native.Layer, int] | None:
+def _layer(layer: nn.Module, gemma: bool, dtype: torch.dtype, keep: list) -> tuple[native.Layer, int] | None:
     """One layer's structure and the fewest rows any of its projections computes densely."""
     attention, mlp = layer.self_attn, layer.mlp
     projections = [attention.qkv_proj, attention.o_proj, mlp.gate_up_proj, mlp.down_proj]
-    if not all(isinstance(p, GGUFLinear) and p.kernel_out_dtype == torch.bfloat16 for p in projections):
+    if not all(isinstance(p, GGUFLinear) and p.kernel_out_dtype == dtype for p in projections):
         return None
     if gemma != hasattr(layer, "post_feedforward_layernorm"):
         return None

@@ -69,7 +69,7 @@ class GatedMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)
-        if native_activation.supports(gate_up, self.act_name):  # on CPU in bf16, one native call
+        if native_activation.supports(gate_up, self.act_name):  # on CPU in bf16 or float32, one native call
             return self.down_proj(native_activation.gated_activation(gate_up, self.act_name))
         gate, up = gate_up.split(self.intermediate, dim=-1)
         return self.down_proj(self.act(gate) * up)

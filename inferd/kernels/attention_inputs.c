@@ -11,6 +11,13 @@
  * Hkv value heads of D bf16 each. norm_weight: float32 [H + Hkv, D] or NULL.
  * cos, signed_sin: bf16 [T, D]. qk_out: bf16 [T, H + Hkv, D]. Caches: bf16
  * [slots, Hkv, D]; slots: int64 [T]. Threads: OpenMP over rows, for prefills.
+ *
+ * With `is_float` (an engine computing in float32) qkv, the tables and qk_out
+ * are float32 and nothing is rounded but what the cache stores:
+ *   n = norm(x) as rms_norm.c computes a float32 row
+ *   y = n * cos + rotate(n) * signed_sin, each product and the sum rounded
+ *       to float32 as torch's ops are (built with -ffp-contract=off: no FMA)
+ * and K and V are stored rounded to bf16, as torch's cast rounds them.
  */
 
 #include <stdint.h>
@@ -33,10 +40,48 @@ static void rotate_head(const uint16_t *x, int64_t D, const float *weight, float
     for (int64_t d = half; d < D; d++) out[d] = rotated_value(n[d], n[d - half], cos[d], signed_sin[d]);
 }
 
-void inferd_attention_inputs(const uint16_t *qkv, int64_t row_stride, int64_t T, int64_t H, int64_t Hkv, int64_t D,
-                             const float *norm_weight, float eps, int scale_in_float, const uint16_t *cos,
-                             const uint16_t *signed_sin, uint16_t *qk_out, uint16_t *k_cache, uint16_t *v_cache,
-                             const int64_t *slots) {
+static void rotate_float_head(const float *x, int64_t D, const float *weight, float eps, const float *cos,
+                              const float *signed_sin, float *out) {
+    float n[D];
+    float inv = weight ? inverse_rms_of(x, 1, D, eps) : 0.0f;
+    for (int64_t d = 0; d < D; d++) n[d] = weight ? x[d] * inv * weight[d] : x[d];
+    const int64_t half = D / 2;
+    for (int64_t d = 0; d < D; d++) {
+        const float partner = n[d < half ? d + half : d - half];
+        out[d] = n[d] * cos[d] + partner * signed_sin[d];
+    }
+}
+
+static void to_bf16(const float *x, int64_t n, uint16_t *out) {
+    for (int64_t i = 0; i < n; i++) out[i] = float_to_bf16(x[i]);
+}
+
+static void float_inputs(const float *qkv, int64_t row_stride, int64_t T, int64_t H, int64_t Hkv, int64_t D,
+                         const float *norm_weight, float eps, const float *cos, const float *signed_sin, float *qk_out,
+                         uint16_t *k_cache, uint16_t *v_cache, const int64_t *slots) {
+    const int64_t heads = H + Hkv;
+#pragma omp parallel for schedule(static) if (T > 16)
+    for (int64_t t = 0; t < T; t++) {
+        const float *row = qkv + t * row_stride;
+        float *out = qk_out + t * heads * D;
+        for (int64_t h = 0; h < heads; h++)
+            rotate_float_head(row + h * D, D, norm_weight ? norm_weight + h * D : NULL, eps, cos + t * D,
+                              signed_sin + t * D, out + h * D);
+        to_bf16(out + H * D, Hkv * D, k_cache + slots[t] * Hkv * D);
+        to_bf16(row + heads * D, Hkv * D, v_cache + slots[t] * Hkv * D);
+    }
+}
+
+void inferd_attention_inputs(const void *qkv_in, int64_t row_stride, int64_t T, int64_t H, int64_t Hkv, int64_t D,
+                             const float *norm_weight, float eps, int scale_in_float, const void *cos_in,
+                             const void *sin_in, void *qk, uint16_t *k_cache, uint16_t *v_cache,
+                             const int64_t *slots, int is_float) {
+    if (is_float) {
+        float_inputs(qkv_in, row_stride, T, H, Hkv, D, norm_weight, eps, cos_in, sin_in, qk, k_cache, v_cache, slots);
+        return;
+    }
+    const uint16_t *qkv = qkv_in, *cos = cos_in, *signed_sin = sin_in;
+    uint16_t *qk_out = qk;
     const int64_t heads = H + Hkv;
 #pragma omp parallel for schedule(static) if (T > 16)
     for (int64_t t = 0; t < T; t++) {

@@ -19,14 +19,17 @@ from inferd.kernels.native import F32, I64, INT, PTR, load_kernel
 
 @functools.cache
 def library(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
-    return load_kernel(Path(__file__).with_name("attention_inputs.c"), extra_flags,
+    # float32 rows are rotated as torch's ops do it: each product rounded before the sum.
+    return load_kernel(Path(__file__).with_name("attention_inputs.c"), ("-ffp-contract=off", *extra_flags),
                        inferd_attention_inputs=([PTR, I64, I64, I64, I64, I64, PTR, F32, INT, PTR, PTR, PTR, PTR, PTR,
-                                                 PTR], None))
+                                                 PTR, INT], None))
 
 
 def supports(qkv: torch.Tensor, cos: torch.Tensor, k_cache: torch.Tensor) -> bool:
-    """bf16 on CPU, rows of contiguous heads, contiguous caches and tables, and the kernel built."""
-    return (qkv.dtype == cos.dtype == k_cache.dtype == torch.bfloat16 and qkv.is_cpu and qkv.dim() == 2
+    """bf16 (or float32 rows and tables beside a bf16 cache) on CPU, rows of
+    contiguous heads, contiguous caches and tables, and the kernel built."""
+    return (qkv.dtype == cos.dtype in (torch.bfloat16, torch.float32) and k_cache.dtype == torch.bfloat16
+            and qkv.is_cpu and qkv.dim() == 2
             and qkv.stride(1) == 1 and cos.is_contiguous() and k_cache.is_contiguous() and library() is not None)
 
 
@@ -43,9 +46,10 @@ def attention_inputs(qkv: torch.Tensor, num_heads: int, num_kv_heads: int, head_
     if not (v_cache.is_contiguous() and slot_mapping.dtype == torch.int64 and slot_mapping.is_contiguous()
             and signed_sin.is_contiguous() and slot_mapping.shape == (tokens,)):
         raise ValueError("the V cache, the slot mapping and the rotary tables must be contiguous, one slot per token")
-    qk = torch.empty((tokens, num_heads + num_kv_heads, head_dim), dtype=torch.bfloat16)
+    qk = torch.empty((tokens, num_heads + num_kv_heads, head_dim), dtype=qkv.dtype)
     (lib or library()).inferd_attention_inputs(
         qkv.data_ptr(), qkv.stride(0), tokens, num_heads, num_kv_heads, head_dim,
         None if norm_weight is None else norm_weight.data_ptr(), eps, int(scale_in_float), cos.data_ptr(),
-        signed_sin.data_ptr(), qk.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slot_mapping.data_ptr())
+        signed_sin.data_ptr(), qk.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slot_mapping.data_ptr(),
+        int(qkv.dtype == torch.float32))
     return qk

@@ -40,7 +40,7 @@ class Layer(ctypes.Structure):
 class Shape(ctypes.Structure):
     _fields_ = [("hidden", I64), ("heads", I64), ("kv_heads", I64), ("head_dim", I64), ("intermediate", I64),
                 ("eps", F32), ("qk_eps", F32), ("scale", F32), ("act_a", F32), ("act_b", F32),
-                ("scale_in_float", INT), ("qk_scale_in_float", INT)]
+                ("scale_in_float", INT), ("qk_scale_in_float", INT), ("is_float", INT)]
 
 
 class Group(ctypes.Structure):
@@ -48,11 +48,13 @@ class Group(ctypes.Structure):
                 ("sliding_slots", PTR), ("sliding_mask", PTR), ("sliding_width", I64)]
 
 
+# The step's buffers in the activations' dtype, then two bf16 ones that only a float32 step uses.
 SCRATCH = ("x", "y", "normed", "qkv", "qk", "attended", "projected", "gate_up", "activated")
+BF16_SCRATCH = ("queries", "attended_bf16")
 
 
 class Scratch(ctypes.Structure):
-    _fields_ = [(name, PTR) for name in SCRATCH]
+    _fields_ = [(name, PTR) for name in SCRATCH + BF16_SCRATCH]
 
 
 @functools.cache
@@ -78,23 +80,26 @@ def projection(parts: gguf_gemv.Parts, bias: torch.Tensor | None) -> Projection:
                       ctypes.addressof(parts.rows), sum(parts.rows), None if bias is None else bias.data_ptr())
 
 
-def run(shape: Shape, layers: ctypes.Array, x: torch.Tensor, ropes: tuple, slot_mapping: torch.Tensor,
+def run(shape: Shape, layers: ctypes.Array, x: torch.Tensor, ropes: list[torch.Tensor], slot_mapping: torch.Tensor,
         groups: ctypes.Array, widths: dict[str, int]) -> torch.Tensor:
-    """The layers over x [T, hidden] bf16; `ropes`: (global cos, sin, local cos, sin)
-    bf16 [T, 1, D] tables; `widths`: each scratch buffer's row width."""
+    """The layers over x [T, hidden] (bf16, or float32 with `shape.is_float`);
+    `ropes`: the global then the local layers' cos and signed sin, [T, 1, D]
+    in x's dtype; `widths`: each scratch buffer's row width."""
     t = x.shape[0]
-    offsets, total = {}, 0
-    for name in SCRATCH:
-        offsets[name] = total
-        total += t * widths[name]
-    buffer = torch.empty(total, dtype=torch.bfloat16)
-    base = buffer.data_ptr()
-    out = buffer[: t * widths["x"]].view(t, widths["x"])
+    main = torch.empty(t * sum(widths[name] for name in SCRATCH), dtype=x.dtype)
+    narrow = torch.empty(t * sum(widths[name] for name in BF16_SCRATCH) if shape.is_float else 0,
+                         dtype=torch.bfloat16)
+    pointers = []
+    for buffer, names in ((main, SCRATCH), (narrow, BF16_SCRATCH)):
+        at = buffer.data_ptr()
+        for name in names:
+            pointers.append(at)
+            at += t * widths[name] * buffer.element_size()
+    out = main[: t * widths["x"]].view(t, widths["x"])
     out.copy_(x)
-    scratch = Scratch(*(base + 2 * offsets[name] for name in SCRATCH))
     status = library().inferd_decode_layers(
         ctypes.byref(kernels()), ctypes.byref(shape), layers, len(layers), t, *(r.data_ptr() for r in ropes),
-        slot_mapping.data_ptr(), groups, len(groups), ctypes.byref(scratch))
+        slot_mapping.data_ptr(), groups, len(groups), ctypes.byref(Scratch(*pointers)))
     if status == -1:
         raise MemoryError("the decode layers could not allocate their buffers")
     if status:

@@ -1,6 +1,6 @@
 """Decode steps' layers as one native call (arch/fused_decode.py): taken where
-every projection holds the file's blocks and the step only decodes in bf16,
-and then the same bits as the modules' path."""
+every projection holds the file's blocks and the step only decodes, and then
+the same bits as the modules' path, in bf16 and in float32."""
 
 from __future__ import annotations
 
@@ -74,10 +74,16 @@ def test_speculative_verification_rows_take_it_too(files, monkeypatch):
     assert steps > 0 and fused == plain
 
 
-def test_float32_engines_and_dense_models_keep_the_modules(files, tiny_model_dir, monkeypatch):
-    f32 = load_model(str(files["gemma3"]), dtype="float32")
-    _, steps = decode(f32, True, monkeypatch)
-    assert steps == 0  # the kernels between the projections take bf16 only
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_float32_engines_take_it_with_the_same_bits(files, arch, monkeypatch):
+    """float32 activations beside the bf16 KV cache: queries rounded for decode attention, as the modules do."""
+    loaded = load_model(str(files[arch]), dtype="float32")
+    fused, steps = decode(loaded, True, monkeypatch)
+    plain, _ = decode(loaded, False, monkeypatch)
+    assert steps >= 20 and fused == plain
+
+
+def test_dense_models_keep_the_modules(tiny_model_dir):
     dense = load_model(str(tiny_model_dir), dtype="bfloat16")
     assert FusedDecode.build(dense.model) is None  # no projection holds a file's blocks
 

@@ -65,21 +65,38 @@ def test_agrees_with_the_torch_ops_it_replaces():
                                    rtol=2**-7, atol=1e-5)
 
 
+@pytest.mark.parametrize("build", builds())
+@pytest.mark.parametrize("activation", ["gelu_pytorch_tanh", "silu"])
+def test_float32_rows_are_not_rounded(build, activation):
+    generator = torch.Generator().manual_seed(3)
+    width = 2048 + 8  # the scalar tail computes what a vector lane does
+    gate_up = torch.randn(4, 2 * width, generator=generator) * 4
+    got = native.gated_activation(gate_up, activation, build and build())
+    gate, up = gate_up.double().chunk(2, dim=-1)
+    a = 1.0 if activation == "silu" else 2 * math.sqrt(2 / math.pi)
+    want = gate * torch.sigmoid(a * gate + (0.0 if activation == "silu" else a * 0.044715) * gate**3) * up
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), want, rtol=3e-6, atol=1e-6)
+    assert torch.equal(got, native.gated_activation(gate_up, activation))  # every build: the same values
+
+
 def test_leading_dimensions_and_what_it_does_not_take():
     gate_up = torch.randn(2, 3, 64).to(BF16)
     assert native.gated_activation(gate_up, "silu").shape == (2, 3, 32)
     assert not native.supports(gate_up, "gelu")  # the erf form stays with torch
-    assert not native.supports(gate_up.float(), "silu")
     assert not native.supports(gate_up[..., :32].transpose(0, 1), "silu")
 
 
-def test_the_mlp_takes_the_kernel_in_bf16_and_torch_otherwise():
+def test_the_mlp_takes_the_kernel_in_bf16_and_float32():
     torch.manual_seed(0)
     mlp = GatedMLP(64, 128, "gelu_pytorch_tanh").to(BF16)
     x = torch.randn(5, 64).to(BF16)
     gate, up = mlp.gate_up_proj(x).split(128, dim=-1)
     want = mlp.down_proj(F.gelu(gate, approximate="tanh") * up)
     torch.testing.assert_close(mlp(x), want, rtol=2**-6, atol=1e-2)
-    mlp = mlp.float()  # float32: the torch ops, exactly
-    gate, up = mlp.gate_up_proj(x.float()).split(128, dim=-1)
-    assert torch.equal(mlp(x.float()), mlp.down_proj(F.gelu(gate, approximate="tanh") * up))
+    mlp = mlp.float()  # float32: the kernel, unrounded
+    gate_up = mlp.gate_up_proj(x.float())
+    assert torch.equal(mlp(x.float()), mlp.down_proj(native.gated_activation(gate_up, "gelu_pytorch_tanh")))
+    gate, up = gate_up.split(128, dim=-1)
+    torch.testing.assert_close(mlp(x.float()), mlp.down_proj(F.gelu(gate, approximate="tanh") * up),
+                               rtol=1e-5, atol=1e-6)
