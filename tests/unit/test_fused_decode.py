@@ -98,7 +98,7 @@ def test_steps_with_a_prefill_or_too_many_rows_keep_the_modules(files, monkeypat
     run = decode_layers.run
     monkeypatch.setattr(decode_layers, "run", lambda *args: calls.append(args[2].shape[0]) or run(*args))
     engine = Engine(loaded, EngineConfig(parallel=plan.max_rows, ctx_size=256, speculative="off"))
-    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    params = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
     for i in range(plan.max_rows):  # a prompt joins each step: each step has a prefill
         engine.add_request(EngineRequest(f"r{i}", [5, 9, 17, 3 + i], params))
         engine.step()
