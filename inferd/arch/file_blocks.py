@@ -22,16 +22,19 @@ from inferd.kernels import gguf_gemv
 FORMATS = tuple(gguf_gemv.BLOCKS)
 # Rows from which the dense weight is faster than the file's blocks in tiles.
 # Measured on whole decode steps of the bundled model, 2-core AVX-512 BF16
-# CPU: see BENCHMARKS.md ("Tiles", "Fused decode layers"). With a decode
-# step's layers as one native call (arch/fused_decode.py) the tiles win up to
-# one pass of the kernel (8 rows: 19-20 ms a step against 24 dense) and tie
-# at 16; held to AVX2 in float32 they tie at 8. The head's tiles beat its
-# dense bf16 copy (twice the bytes) up to two passes of the kernel, so at
-# --parallel 8 that copy is never read and its pages never loaded.
-LAYER_DENSE_FROM = gguf_gemv.MAX_ROWS + 1
+# CPU: see BENCHMARKS.md ("Tiles"). A step that only decodes takes the tiles
+# up to 8 rows whatever this says (arch/fused_decode.py: without the Python
+# between its kernels they beat the dense weight there); this decides for
+# the modules, prefill chunks included. The head's tiles beat its dense bf16 copy
+# (twice the bytes) up to two passes of the kernel, so at --parallel 8 that
+# copy is never read and its pages never loaded.
+LAYER_DENSE_FROM = 5
 HEAD_DENSE_FROM = 2 * gguf_gemv.MAX_ROWS + 1
-# In float32 (a CPU without native bf16) the head's dense copy would be the
-# whole tied embedding in float32 (670 MB for the bundled model): it keeps none.
+# In float32 (a CPU without native bf16) a dense copy is twice the bytes and
+# the head's would be the whole tied embedding in float32 (670 MB for the
+# bundled model): the head keeps none, and the layers go dense only past what
+# one pass of the kernel takes (untuned: no such CPU to measure on yet).
+FLOAT32_LAYER_DENSE_FROM = gguf_gemv.MAX_ROWS + 1
 _FUSED_PARTS = {"qkv_proj": 3, "gate_up_proj": 2}
 
 
@@ -57,7 +60,8 @@ def use_file_blocks(model: CausalLM, formats: dict[str, tuple[str, int]], raws: 
         parts = [(formats[name], name) for _, name in sorted(members)]
         if not all(gguf_gemv.supports(block_format, linear.in_features) for (block_format, _), _ in parts):
             continue
-        _swap(model, path, _layer(linear.weight, linear.bias, parts, raws, dtype, LAYER_DENSE_FROM))
+        dense_from = FLOAT32_LAYER_DENSE_FROM if dtype == torch.float32 else LAYER_DENSE_FROM
+        _swap(model, path, _layer(linear.weight, linear.bias, parts, raws, dtype, dense_from))
 
     head_names = [name for name in formats if normalize_name(name) == head_name]
     head = model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight

@@ -5,8 +5,11 @@ layer is the pre-norm block the call knows (Gemma's four norms or Llama's
 two, a fused QKV and gate/up, an activation with a native kernel) and every
 projection holds the GGUF file's blocks. A step takes it when it only
 decodes, in the model's dtype (bf16, or float32 beside a bf16 KV cache), on
-fewer rows than any projection computes densely; every other step runs the
-modules.
+at most one pass of the kernel's rows (8), where the tiles beat the dense
+weights once the Python between the kernels is gone (19-20 ms a step of 8
+rows against 24, AVX-512); every other step runs the modules, which go
+dense from fewer rows (`file_blocks.LAYER_DENSE_FROM`) since a prompt's
+rows are computed alike in a chunk of their own or beside another's.
 """
 
 from __future__ import annotations
@@ -20,16 +23,17 @@ from inferd.arch.attention import AttentionMetadata, KVCache
 from inferd.arch.gguf_linear import GGUFLinear
 from inferd.arch.self_attention import SelfAttention
 from inferd.kernels import decode_layers as native
+from inferd.kernels import gguf_gemv
 from inferd.kernels.gated_activation import COEFFICIENTS
 
 
 class FusedDecode:
-    def __init__(self, shape: native.Shape, layers: list[native.Layer], max_rows: int, widths: dict[str, int],
-                 keep: list):
+    max_rows = gguf_gemv.MAX_ROWS  # one pass of the kernel
+
+    def __init__(self, shape: native.Shape, layers: list[native.Layer], widths: dict[str, int], keep: list):
         self.shape = shape
         self.dtype = torch.float32 if shape.is_float else torch.bfloat16
         self.layers = (native.Layer * len(layers))(*layers)
-        self.max_rows = max_rows
         self.widths = widths
         self._keep = keep  # what the structures point into
         self._caches: list[KVCache] | None = None
@@ -50,13 +54,12 @@ class FusedDecode:
         dtype = attention.qkv_proj.kernel_out_dtype if isinstance(attention.qkv_proj, GGUFLinear) else None
         if dtype not in (torch.bfloat16, torch.float32):
             return None
-        layers, keep, max_rows = [], [], None
+        layers, keep = [], []
         for layer in model.layers:
             built = _layer(layer, gemma, dtype, keep)
             if built is None:
                 return None
-            layers.append(built[0])
-            max_rows = built[1] if max_rows is None else min(max_rows, built[1])
+            layers.append(built)
         a, b = COEFFICIENTS[mlp.act_name]
         q_norm = attention.q_norm
         shape = native.Shape(
@@ -72,12 +75,12 @@ class FusedDecode:
                   "qk": heads * attention.head_dim, "attended": attention.q_size, "projected": hidden,
                   "gate_up": 2 * mlp.intermediate, "activated": mlp.intermediate,
                   "queries": attention.q_size, "attended_bf16": attention.q_size}
-        return cls(shape, layers, max_rows, widths, keep)
+        return cls(shape, layers, widths, keep)
 
     def covers(self, x: torch.Tensor, ropes: tuple, kv_caches: list[KVCache], meta: AttentionMetadata) -> bool:
         """Whether this step's layers can be the one call."""
         rows = x.shape[0]
-        if meta.prefills or not meta.decodes or meta.decodes[-1].end != rows or rows >= self.max_rows:
+        if meta.prefills or not meta.decodes or meta.decodes[-1].end != rows or rows > self.max_rows:
             return False
         if x.dtype != self.dtype or not x.is_cpu or any(t.dtype != self.dtype for t in ropes):
             return False
@@ -100,8 +103,8 @@ class FusedDecode:
         return native.run(self.shape, self.layers, x.contiguous(), tables, slots, groups, self.widths)
 
 
-def _layer(layer: nn.Module, gemma: bool, dtype: torch.dtype, keep: list) -> tuple[native.Layer, int] | None:
-    """One layer's structure and the fewest rows any of its projections computes densely."""
+def _layer(layer: nn.Module, gemma: bool, dtype: torch.dtype, keep: list) -> native.Layer | None:
+    """One layer's structure, or None when it is not of a form the call knows."""
     attention, mlp = layer.self_attn, layer.mlp
     projections = [attention.qkv_proj, attention.o_proj, mlp.gate_up_proj, mlp.down_proj]
     if not all(isinstance(p, GGUFLinear) and p.kernel_out_dtype == dtype for p in projections):
@@ -118,11 +121,9 @@ def _layer(layer: nn.Module, gemma: bool, dtype: torch.dtype, keep: list) -> tup
     if any(w is not None and not (w.dtype == torch.float32 and w.is_contiguous()) for w in norms):
         return None
     keep += [w for w in norms if w is not None]
-    built = native.Layer(*(None if w is None else w.data_ptr() for w in norms),
-                         *(native.projection(part, p.bias) for part, p in zip(parts, projections)),
-                         None, None, int(attention.sliding))
-    dense = [p.dense_from_rows for p in projections if p.dense_from_rows is not None]
-    return built, min(dense, default=1 << 30)
+    return native.Layer(*(None if w is None else w.data_ptr() for w in norms),
+                        *(native.projection(part, p.bias) for part, p in zip(parts, projections)),
+                        None, None, int(attention.sliding))
 
 
 def _group(group) -> native.Group:

@@ -18,6 +18,7 @@ from inferd.commands.drain import end_unfinished_before
 from inferd.commands.listen import is_loopback
 from inferd.config import RouterOptions
 from inferd.router.app import build_router_app
+from inferd.http import event_loop
 from inferd.http.errors import ServiceUnavailable
 from inferd.router.assemble import build_router_state
 from inferd.router.state import RouterState
@@ -78,7 +79,7 @@ def run_router(config: RouterOptions) -> int:
                 log.info("listening on http://%s:%d", host, port)
         await serving
 
-    asyncio.run(main())
+    event_loop.run(main())
     return 0 if server.started else 1
 
 

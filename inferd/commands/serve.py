@@ -23,6 +23,7 @@ import torch
 import uvicorn
 
 from inferd import startup_collector
+from inferd.http import event_loop
 from inferd.chat.template import TemplateError, chat_template_for
 from inferd.commands.drain import end_unfinished_before
 from inferd.commands.listen import is_loopback
@@ -253,7 +254,7 @@ def run_serve(config: ServeConfig) -> int:
         await asyncio.to_thread(state.tenants.close)  # usage and last-used times not yet written
         jobs.close()
 
-    asyncio.run(main())
+    event_loop.run(main())
     return 1 if state.load_failed or not server.started else 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from contextvars import ContextVar
@@ -123,7 +124,7 @@ class ServerState:
         if self.loaded is None:
             return None
         what = f"{__version__}|{self.own_name}|{self.loaded.path}|{self.loaded.dtype}|{self.config.weights}"
-        return "fp_" + hashlib.sha256(what.encode()).hexdigest()[:12]
+        return _fingerprint(what)
 
     @property
     def sampling_defaults(self) -> dict:
@@ -167,3 +168,9 @@ class ServerState:
 
 def get_state(request: Request) -> ServerState:
     return request.app.state.inferd
+
+
+@functools.lru_cache(maxsize=64)
+def _fingerprint(what: str) -> str:
+    """Asked for by every streamed chunk: hashed once per model."""
+    return "fp_" + hashlib.sha256(what.encode()).hexdigest()[:12]

@@ -9,12 +9,13 @@ import torch
 from gguf import GGMLQuantizationType as Q
 from gguf_models import hf_pieces, write_gguf
 
+from inferd.arch.file_blocks import LAYER_DENSE_FROM
 from inferd.arch.fused_decode import FusedDecode
 from inferd.config import EngineConfig
 from inferd.engine.engine import Engine
 from inferd.engine.engine_request import EngineRequest
 from inferd.engine.sampling_params import SamplingParams
-from inferd.kernels import decode_layers
+from inferd.kernels import decode_layers, gguf_gemv
 from inferd.models.loader import load_model
 
 # Mixed formats inside the fused projections, every one with a kernel.
@@ -91,20 +92,21 @@ def test_dense_models_keep_the_modules(tiny_model_dir):
 def test_steps_with_a_prefill_or_too_many_rows_keep_the_modules(files, monkeypatch):
     loaded = load_model(str(files["gemma3"]), dtype="bfloat16")
     plan = FusedDecode.build(loaded.model)
-    dense_from = {p.dense_from_rows for layer in loaded.model.layers
-                  for p in (layer.self_attn.qkv_proj, layer.mlp.down_proj)}
-    assert plan is not None and plan.max_rows == min(dense_from)  # from there the projections run dense
+    assert plan is not None and plan.max_rows == gguf_gemv.MAX_ROWS  # one pass of the kernel
+    # The modules go dense from fewer rows: a prompt's rows come out alike alone or beside another's.
+    assert {p.dense_from_rows for layer in loaded.model.layers
+            for p in (layer.self_attn.qkv_proj, layer.mlp.down_proj)} == {LAYER_DENSE_FROM}
     calls = []
     run = decode_layers.run
     monkeypatch.setattr(decode_layers, "run", lambda *args: calls.append(args[2].shape[0]) or run(*args))
-    engine = Engine(loaded, EngineConfig(parallel=plan.max_rows, ctx_size=256, speculative="off"))
+    engine = Engine(loaded, EngineConfig(parallel=plan.max_rows + 1, ctx_size=256, speculative="off"))
     params = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
-    for i in range(plan.max_rows):  # a prompt joins each step: each step has a prefill
+    for i in range(plan.max_rows + 1):  # a prompt joins each step: each step has a prefill
         engine.add_request(EngineRequest(f"r{i}", [5, 9, 17, 3 + i], params))
         engine.step()
     assert calls == []
-    engine.step()  # max_rows decode rows: dense projections
+    engine.step()  # one decode row more than a pass of the kernel takes
     assert calls == []
     engine.abort("r0")
     engine.step()
-    assert calls == [plan.max_rows - 1]
+    assert calls == [plan.max_rows]

@@ -20,7 +20,7 @@ def no_event_loop(monkeypatch):
     def stop_before_serving(coro):
         coro.close()
 
-    monkeypatch.setattr(serve_command.asyncio, "run", stop_before_serving)
+    monkeypatch.setattr(serve_command.event_loop, "run", stop_before_serving)
 
 
 def test_weights_start_loading_before_the_app_is_built(tmp_path, tiny_model_dir, monkeypatch, no_event_loop):

@@ -9,7 +9,6 @@ import socket
 
 import pytest
 
-from inferd.commands import router as router_command
 from inferd.commands import serve as serve_command
 from inferd.commands.router import check_api_keys, run_router
 from inferd.commands.serve import check_chat_template, read_api_keys, run_serve
@@ -101,8 +100,7 @@ def never_serve(monkeypatch):
         coro.close()
         raise AssertionError("start-up went on to serve")
 
-    monkeypatch.setattr(serve_command.asyncio, "run", reached)
-    monkeypatch.setattr(router_command.asyncio, "run", reached)
+    monkeypatch.setattr(serve_command.event_loop, "run", reached)  # the one module both commands run their loop by
     monkeypatch.setattr(serve_command, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
 
 
