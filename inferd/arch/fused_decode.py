@@ -36,7 +36,6 @@ class FusedDecode:
         self.layers = (native.Layer * len(layers))(*layers)
         self.widths = widths
         self._keep = keep  # what the structures point into
-        self._caches: list[KVCache] | None = None
 
     @classmethod
     def build(cls, model: nn.Module) -> FusedDecode | None:
@@ -93,10 +92,9 @@ class FusedDecode:
 
     def __call__(self, x: torch.Tensor, ropes: tuple, kv_caches: list[KVCache], meta: AttentionMetadata):
         """x after the layers; `ropes`: (global cos, sin, local cos, sin)."""
-        if self._caches is not kv_caches:
-            for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
-                layer.k_cache, layer.v_cache = k_cache.data_ptr(), v_cache.data_ptr()
-            self._caches = kv_caches
+        # Every step: an engine's caches, never kept here (engines on one model each have their own).
+        for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
+            layer.k_cache, layer.v_cache = k_cache.data_ptr(), v_cache.data_ptr()
         groups = (native.Group * len(meta.decodes))(*(_group(g) for g in meta.decodes))
         tables = [t.contiguous() for t in ropes]
         slots = meta.slot_mapping.contiguous()
