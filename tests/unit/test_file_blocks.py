@@ -29,11 +29,14 @@ QTYPES = {"self_attn.q_proj": Q.Q4_0, "self_attn.k_proj": Q.Q5_0, "self_attn.v_p
           "self_attn.o_proj": Q.Q8_0, "mlp.gate_proj": Q.Q5_0, "mlp.up_proj": Q.Q8_0, "mlp.down_proj": Q.Q4_0}
 
 
-def written(tmp_path, arch: str):
+def written(tmp_path, arch: str, dense_layer: bool = True):
+    """The arch's tiny model as a GGUF of mixed blocks; with `dense_layer` one
+    matrix is F16, which no kernel takes (so no decode step is one call)."""
     cfg, _, _, state = hf_pieces(arch)
     state = {name: tensor / 16 for name, tensor in state.items()}
     qtypes = {name: qtype for name in state for part, qtype in QTYPES.items() if f".{part}." in name}
-    qtypes["model.layers.1.mlp.down_proj.weight"] = Q.F16
+    if dense_layer:
+        qtypes["model.layers.1.mlp.down_proj.weight"] = Q.F16
     qtypes["model.embed_tokens.weight"] = Q.Q8_0
     if not cfg["tie_word_embeddings"]:
         qtypes["lm_head.weight"] = Q.Q8_0
@@ -165,22 +168,27 @@ for dtype in ("bfloat16", "float32"):
     while engine.has_work:
         for delta in engine.step():
             out[delta.request_id] += [(t.token_id, t.logprob.hex()) for t in delta.logprobs or []]
+    out[f"{dtype} one call"] = engine.runner.model._fused is not None
 print(json.dumps(out))
 """
 
 
-def test_greedy_tokens_are_the_same_on_every_build_this_cpu_can_run(tmp_path):
+@pytest.mark.parametrize("one_call", [False, True], ids=["modules", "one-call"])
+def test_greedy_tokens_are_the_same_on_every_build_this_cpu_can_run(tmp_path, one_call):
     """The kernels' sums reduce in one order on every build (AVX-512, AVX2,
     portable), so a greedy decode gives the same tokens on each, and the same
     bits: every token's logprob is equal to the last bit (decode rows, prefill
-    and a batch of three, in bf16 and float32)."""
-    path = written(tmp_path, "gemma3")
+    and a batch of three, in bf16 and float32), through the modules or with
+    decode steps as one call (arch/fused_decode.py)."""
+    path = written(tmp_path, "gemma3", dense_layer=not one_call)
     results = {}
     for build in isa.runnable():
         done = subprocess.run([sys.executable, "-c", GREEDY, str(path)], capture_output=True, text=True, timeout=300,
                               env={**os.environ, "INFERD_ISA": build})
         assert done.returncode == 0, done.stderr[-3000:]
         results[build] = json.loads(done.stdout.strip().splitlines()[-1])
+    for run in results.values():  # the decode steps took the path this case names, on every build
+        assert run.pop("bfloat16 one call") == run.pop("float32 one call") == one_call
     first = next(iter(results.values()))
     assert all(len(steps) == 24 for steps in first.values())
     for build, run in results.items():
