@@ -45,8 +45,8 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "inferd
 
 # -- building the peer ---------------------------------------------------------
 # ggml option -> /proc/cpuinfo flag: the x86 vector extensions a named build may
-# use. Not AMX: ggml's AMX kernels die with SIGILL on virtual machines that
-# advertise AMX in cpuid without enabling its state.
+# use. Not AMX: ggml's AMX kernels have died with SIGILL at their first tile
+# instruction on virtual machines that advertise AMX.
 _GGML_ISA = {"AVX": "avx", "AVX2": "avx2", "FMA": "fma", "F16C": "f16c", "BMI2": "bmi2", "AVX_VNNI": "avx_vnni",
              "AVX512": "avx512f", "AVX512_VBMI": "avx512vbmi", "AVX512_VNNI": "avx512_vnni",
              "AVX512_BF16": "avx512_bf16"}
@@ -88,12 +88,30 @@ def build_llama_server(cache: Path, for_isa: str | None) -> Path:
         return compile_llama_server(source, cache / "build-avx2", named_isa_options(_AVX2_MACHINE))
     try:
         server = compile_llama_server(source, cache / "build", ["-DGGML_NATIVE=ON"])
-        if subprocess.run([str(server), "--version"], capture_output=True, env=library_path(server)).returncode == 0:
+        failure = serving_failure(server)
+        if failure is None:
             return server
-        print("the native llama-server build does not run here; building with each extension named", file=sys.stderr)
+        print(f"the native llama-server build does not serve here ({failure}); building with each extension named",
+              file=sys.stderr)
     except subprocess.CalledProcessError as error:
         print(f"the native llama-server build failed ({error}); building with each extension named", file=sys.stderr)
     return compile_llama_server(source, cache / "build", named_isa_options(set(isa.cpu_flags())))
+
+
+def serving_failure(server: Path) -> str | None:
+    """Why this build cannot serve the bundled GGUF, or None: it loads the model and answers
+    /health after its warm-up step, which runs the matrix kernels (`--version` runs none)."""
+    port = free_port()
+    probe = Server("llama-server", [str(server), "-m", str(default_model_path()), "--host", "127.0.0.1",
+                                    "--port", str(port), "-t", "2", "--no-webui"], port, env=library_path(server))
+    try:
+        probe.start(timeout=120)
+        return None
+    except RuntimeError as error:
+        signal = -probe.proc.returncode if probe.proc and (probe.proc.returncode or 0) < 0 else None
+        return f"killed by signal {signal}" if signal else str(error).splitlines()[0]
+    finally:
+        probe.stop()
 
 
 def library_path(server: Path) -> dict:
