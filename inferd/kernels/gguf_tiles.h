@@ -37,6 +37,7 @@
 
 #include "gguf_common.h"
 #include "half.h"
+#include "work_chunks.h"
 
 #define TILE 8
 
@@ -436,12 +437,7 @@ INLINE void tile_products(const int type, const uint8_t *w, const int64_t N, con
                           const void *bias, const int in_is_float, void *y, const int64_t ldy, const int y_is_float,
                           const int64_t row0) {
     const int64_t tiles = N / TILE, tile_bytes = TILE * inferd_gguf_tiled_row_bytes(type, a->K);
-    /* Chunks of up to 64 tiles (half the tensor when smaller), but at least 64 chunks, handed
-     * out as threads come free: when the server's other threads (or another process) preempt
-     * one thread, the others take its chunks instead of waiting for it at the end. */
-    int64_t chunk = tiles / 2 < 64 ? tiles / 2 : 64;
-    if (tiles / 64 > chunk) chunk = tiles / 64;
-    if (chunk < 1) chunk = 1;
+    const int64_t chunk = work_chunk(tiles);
 #pragma omp parallel for schedule(dynamic, chunk)
     for (int64_t t = 0; t < tiles; t++) {
         float out[MAX_ROWS * TILE];

@@ -32,6 +32,7 @@
 
 #include "bf16.h"
 #include "vec.h"
+#include "work_chunks.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define VECTORIZED 1
@@ -327,13 +328,7 @@ static int gemv(TileFn tile_fn, const uint16_t *x, int64_t M, int64_t K, const v
         int rows = (int)(M - m0 < MAX_ROWS ? M - m0 : MAX_ROWS);
         Activations am = {a.q + m0 * K, a.scale + m0 * groups, a.sum + m0 * groups, a.offset + m0};
         Output out = {(char *)y + m0 * row_bytes, N, float_output};
-        /* Chunks of up to 64 tiles (half the matrix when smaller), but at least 64 chunks: a long
-         * stretch of weights for the prefetchers to stream, and, being dynamic, when another
-         * process preempts one thread the others take its chunks instead of waiting. */
-        const int64_t tiles = N / TILE;
-        int64_t chunk = tiles / 2 < 64 ? tiles / 2 : 64;
-        if (tiles / 64 > chunk) chunk = tiles / 64;
-        if (chunk < 1) chunk = 1;
+        const int64_t tiles = N / TILE, chunk = work_chunk(tiles);
 #pragma omp parallel for schedule(dynamic, chunk)
         for (int64_t tile = 0; tile < tiles; tile++) tile_fn(&am, rows, K, w, params, bias, tile, &out);
     }
