@@ -48,6 +48,13 @@
 #define TILES_VECTORIZED 0
 #endif
 
+/* Spans of two tiles in 512-bit vectors where AVX-512 has VNNI (tile_kernels.h). */
+#if TILES_VECTORIZED && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define TILES_WIDE 1
+#else
+#define TILES_WIDE 0
+#endif
+
 /* A tensor is held in tiles when its format has a tiled kernel and its rows fill whole tiles. */
 int inferd_gguf_tiled(int type, int64_t rows) {
     return (type == Q8_0 || type == Q4_0 || type == Q5_0 || type == Q4_K || type == Q5_K || type == Q6_K) &&
@@ -139,204 +146,29 @@ int inferd_gguf_to_tiles(int type, const uint8_t *src, int64_t N, int64_t K, uin
     return 0;
 }
 
+/* Activation rows handled per pass over a tile: the accumulators fit AVX-512's 32 registers,
+ * half of them AVX2's 16. */
+#if defined(__AVX512F__)
+#define TILE_PASS_ROWS 8
+#else
+#define TILE_PASS_ROWS 4
+#endif
+
 #if TILES_VECTORIZED
+/* With VNNI, Q8_0's signed weights go into the dot products as w + 128 (tile_dot_signed). */
 #if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
-#define TILES_VNNI 1
-#else
-#define TILES_VNNI 0
-#endif
-
-/* sums + the dots of u's 4 unsigned bytes per lane with s's 4 signed ones (u <= 127 without VNNI: no saturation). */
-static inline __m256i tile_dot(__m256i sums, __m256i u, __m256i s) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return _mm256_dpbusd_epi32(sums, u, s);
-#elif defined(__AVXVNNI__)
-    return _mm256_dpbusd_avx_epi32(sums, u, s);
-#else
-    return _mm256_add_epi32(sums, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
-#endif
-}
-
-/* Two such dots at once, for weights u0, u1 <= 63: without VNNI the two int16 pair sums
- * add before widening (at most 4 * 63 * 128 < 2^15), one widening instead of two. */
-static inline __m256i tile_dot2(__m256i sums, __m256i u0, __m256i s0, __m256i u1, __m256i s1) {
-#if TILES_VNNI
-    return tile_dot(tile_dot(sums, u0, s0), u1, s1);
-#else
-    const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1));
-    return _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-#endif
-}
-
-/* The same for signed weights w: with VNNI as w + 128 (the caller subtracts 128 times the
- * activations' sum), otherwise |w| times x carrying w's sign. */
-#if TILES_VNNI
 #define Q8_OFFSET 128
-static inline __m256i tile_dot_signed(__m256i sums, __m256i w, __m256i x) {
-    return tile_dot(sums, _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80)), x);
-}
 #else
 #define Q8_OFFSET 0
-static inline __m256i tile_dot_signed(__m256i sums, __m256i w, __m256i x) {
-    return tile_dot(sums, _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-}
 #endif
-
-static inline __m256i broadcast4(const int8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
-
-/* Q5_0's fifth bits of chunk c moved to bit 4 of each byte (16-bit shifts: the mask drops what crossed bytes). */
-static inline __m256i fifth_bits(__m256i high, int c) {
-    const __m256i bit4 = _mm256_set1_epi8(16);
-    return c <= 4 ? _mm256_and_si256(_mm256_sll_epi16(high, _mm_cvtsi32_si128(4 - c)), bit4)
-                  : _mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128(c - 4)), bit4);
-}
-
-/* One tile's 8 outputs for activation rows m0..m0+M-1: acc[m] lane r = row r's sum. */
-INLINE void tile_rows_32(const int type, const uint8_t *tile, const Acts *a, const int m0, const int M, __m256 *acc) {
-    const int bytes = tile_group_bytes(type), zero = type == Q8_0 ? Q8_OFFSET : type == Q5_0 ? 16 : 8;
-    for (int m = 0; m < M; m++) acc[m] = _mm256_setzero_ps();
-    for (int64_t g = 0; g < a->groups; g++) {
-        const uint8_t *group = tile + g * bytes;
-        __m256i sums[MAX_ROWS];
-        for (int m = 0; m < M; m++) sums[m] = _mm256_set1_epi32(-zero * act_sum(a, m0 + m, g));
-        if (type == Q8_0) {
-            for (int c = 0; c < 8; c++) {
-                const __m256i w = _mm256_loadu_si256((const __m256i *)(group + 16 + 32 * c));
-                for (int m = 0; m < M; m++) sums[m] = tile_dot_signed(sums[m], w, broadcast4(act_q(a, m0 + m, g) + 4 * c));
-            }
-        } else {
-            const __m256i high = type == Q5_0 ? _mm256_loadu_si256((const __m256i *)(group + 16)) : _mm256_setzero_si256();
-            const uint8_t *nibbles = group + (type == Q5_0 ? 48 : 16);
-            for (int p = 0; p < 4; p++) {
-                const __m256i raw = _mm256_loadu_si256((const __m256i *)(nibbles + 32 * p)), mask = _mm256_set1_epi8(0x0f);
-                __m256i lo = _mm256_and_si256(raw, mask), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
-                if (type == Q5_0) lo = _mm256_or_si256(lo, fifth_bits(high, p)), hi = _mm256_or_si256(hi, fifth_bits(high, p + 4));
-                for (int m = 0; m < M; m++) {
-                    const int8_t *x = act_q(a, m0 + m, g);
-                    sums[m] = tile_dot2(sums[m], lo, broadcast4(x + 4 * p), hi, broadcast4(x + 16 + 4 * p));
-                }
-            }
-        }
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)group));
-        for (int m = 0; m < M; m++)
-            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[m]), _mm256_mul_ps(d, _mm256_set1_ps(act_d(a, m0 + m, g))), acc[m]);
-    }
-}
-/* 8 unsigned bytes (one per row) as floats. */
-static inline __m256 bytes_as_floats(const uint8_t *p, int is_signed) {
-    const __m128i b = _mm_loadl_epi64((const __m128i *)p);
-    return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
-}
-
-/* Q4_K, or Q5_K with its fifth bits. */
-INLINE void tile_rows_q4k(const int type, const uint8_t *tile, const Acts *a, const int m0, const int M, __m256 *acc) {
-    const __m256i mask = _mm256_set1_epi8(0x0f);
-    for (int m = 0; m < M; m++) acc[m] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < a->groups / 8; b++) {
-        const uint8_t *blk = tile + b * tile_group_bytes(type);
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk)),
-                     dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
-        for (int p = 0; p < 4; p++) {
-            const int64_t g = 8 * b + 2 * p;
-            __m256i lo[MAX_ROWS], hi[MAX_ROWS];
-            for (int m = 0; m < M; m++) lo[m] = hi[m] = _mm256_setzero_si256();
-            for (int i = 0; i < 8; i += 2) {
-                __m256i q0[2], q1[2];
-                for (int k = 0; k < 2; k++) {
-                    const __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + k_nibbles_at(type) + 256 * p + 32 * (i + k)));
-                    q0[k] = _mm256_and_si256(raw, mask), q1[k] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
-                    if (type == Q5_K) {
-                        const __m256i high = _mm256_loadu_si256((const __m256i *)(blk + 160 + 32 * (i + k)));
-                        q0[k] = _mm256_or_si256(q0[k], fifth_bits(high, 2 * p));
-                        q1[k] = _mm256_or_si256(q1[k], fifth_bits(high, 2 * p + 1));
-                    }
-                }
-                for (int m = 0; m < M; m++) {
-                    const int8_t *x0 = act_q(a, m0 + m, g) + 4 * i, *x1 = act_q(a, m0 + m, g + 1) + 4 * i;
-                    lo[m] = tile_dot2(lo[m], q0[0], broadcast4(x0), q0[1], broadcast4(x0 + 4));
-                    hi[m] = tile_dot2(hi[m], q1[0], broadcast4(x1), q1[1], broadcast4(x1 + 4));
-                }
-            }
-            for (int half = 0; half < 2; half++) {
-                const int j = 2 * p + half;
-                const __m256 scale = _mm256_mul_ps(d, bytes_as_floats(blk + 32 + 8 * j, 0)),
-                             min = _mm256_mul_ps(dmin, bytes_as_floats(blk + 96 + 8 * j, 0));
-                for (int m = 0; m < M; m++) {
-                    const float dx = act_d(a, m0 + m, g + half);
-                    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(half ? hi[m] : lo[m]), _mm256_mul_ps(scale, _mm256_set1_ps(dx)), acc[m]);
-                    acc[m] = _mm256_fmadd_ps(min, _mm256_set1_ps(-(dx * (float)act_sum(a, m0 + m, g + half))), acc[m]);
-                }
-            }
-        }
-    }
-}
-
-/* Q6_K's chunk c (0..3) of one step: 4 weights of each row, 0..63. */
-static inline __m256i q6k_chunk(const uint8_t *blk, int h, int c, int i) {
-    const __m256i mask = _mm256_set1_epi8(0x0f), top = _mm256_set1_epi8(0x30);
-    const __m256i ql = _mm256_loadu_si256((const __m256i *)(blk + 144 + 512 * h + 256 * (c & 1) + 32 * i));
-    const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 1168 + 256 * h + 32 * i));
-    const __m256i low = c < 2 ? _mm256_and_si256(ql, mask) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), mask);
-    const __m256i high = c == 0 ? _mm256_slli_epi16(qh, 4) : c == 1 ? _mm256_slli_epi16(qh, 2)
-                         : c == 2 ? qh : _mm256_srli_epi16(qh, 2);
-    return _mm256_or_si256(low, _mm256_and_si256(high, top));
-}
-
-INLINE void tile_rows_q6k(const uint8_t *tile, const Acts *a, const int m0, const int M, __m256 *acc) {
-    for (int m = 0; m < M; m++) acc[m] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < a->groups / 8; b++) {
-        const uint8_t *blk = tile + b * tile_group_bytes(Q6_K);
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-        for (int h = 0; h < 2; h++) {
-            for (int c = 0; c < 4; c++) {
-                const int64_t g = 8 * b + 4 * h + c, sub = 2 * g; /* sub: the first of g's two sub-blocks of 16 */
-                __m256i first[MAX_ROWS], second[MAX_ROWS];
-                for (int m = 0; m < M; m++) {
-                    first[m] = _mm256_set1_epi32(-32 * act_sum16(a, m0 + m, sub));
-                    second[m] = _mm256_set1_epi32(-32 * act_sum16(a, m0 + m, sub + 1));
-                }
-                /* One row: a step at a time keeps the chains short; more rows: steps in pairs. */
-                for (int i = 0; M == 1 && i < 8; i++) {
-                    const __m256i q = q6k_chunk(blk, h, c, i), x = broadcast4(act_q(a, m0, g) + 4 * i);
-                    if (i < 4)
-                        first[0] = tile_dot(first[0], q, x);
-                    else
-                        second[0] = tile_dot(second[0], q, x);
-                }
-                for (int i = 0; M > 1 && i < 8; i += 2) {
-                    const __m256i q0 = q6k_chunk(blk, h, c, i), q1 = q6k_chunk(blk, h, c, i + 1);
-                    for (int m = 0; m < M; m++) {
-                        const int8_t *x = act_q(a, m0 + m, g) + 4 * i;
-                        if (i < 4)
-                            first[m] = tile_dot2(first[m], q0, broadcast4(x), q1, broadcast4(x + 4));
-                        else
-                            second[m] = tile_dot2(second[m], q0, broadcast4(x), q1, broadcast4(x + 4));
-                    }
-                }
-                const __m256 s0 = _mm256_mul_ps(d, bytes_as_floats(blk + 16 + 8 * (8 * h + 2 * c), 1)),
-                             s1 = _mm256_mul_ps(d, bytes_as_floats(blk + 16 + 8 * (8 * h + 2 * c + 1), 1));
-                for (int m = 0; m < M; m++) {
-                    const __m256 dx = _mm256_set1_ps(act_d(a, m0 + m, g));
-                    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(first[m]), _mm256_mul_ps(s0, dx), acc[m]);
-                    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(second[m]), _mm256_mul_ps(s1, dx), acc[m]);
-                }
-            }
-        }
-    }
-}
-
-INLINE void tile_rows(const int type, const uint8_t *tile, const Acts *a, const int m0, const int M, __m256 *acc) {
-    if (type == Q4_K || type == Q5_K)
-        tile_rows_q4k(type, tile, a, m0, M, acc);
-    else if (type == Q6_K)
-        tile_rows_q6k(tile, a, m0, M, acc);
-    else
-        tile_rows_32(type, tile, a, m0, M, acc);
-}
+#define TILE_SPAN 1
+#include "tile_kernels.h"
+#undef TILE_SPAN
+#if TILES_WIDE
+#define TILE_SPAN 2
+#include "tile_kernels.h"
+#undef TILE_SPAN
+#endif
 #else
 /* The same sums in scalar C: exact integer dots, then the vector paths' float operations. */
 static void tile_rows_portable_32(const int type, const uint8_t *tile, const Acts *a, const int m0, const int M, float *acc) {
@@ -424,52 +256,49 @@ static void tile_rows_portable(const int type, const uint8_t *tile, const Acts *
 }
 #endif
 
-/* Activation rows handled per pass over a tile: the accumulators fit AVX-512's 32 registers,
- * half of them AVX2's 16. */
-#if defined(__AVX512F__)
-#define TILE_PASS_ROWS 8
-#else
-#define TILE_PASS_ROWS 4
-#endif
+/* The tiles a product takes at a time: two where the build has 512-bit spans, for the K
+ * formats only. Their scales cover 256 weights, so the dot products are the work, and two
+ * tiles a vector measured 10-29% faster; the formats of 32 weights a scale measured no
+ * faster (Q8_0) or slower (Q5_0) that way: per 32 weights, joining two tiles' scales
+ * costs what the wider dot products save. */
+static inline int tile_span_of(const int type) { return TILES_WIDE && is_k(type) ? 2 : 1; }
 
-/* Every output row of a tiled tensor of N rows for M activation rows (a constant once inlined). */
+/* Every output row of a tiled tensor of N rows for M activation rows (a constant once inlined),
+ * a span of tiles at a time (an odd tensor's last span of two has its one tile twice). */
 INLINE void tile_products(const int type, const uint8_t *w, const int64_t N, const Acts *a, const int M,
                           const void *bias, const int in_is_float, void *y, const int64_t ldy, const int y_is_float,
                           const int64_t row0) {
     const int64_t tiles = N / TILE, tile_bytes = TILE * inferd_gguf_tiled_row_bytes(type, a->K);
-    const int64_t chunk = work_chunk(tiles);
+    const int width = tile_span_of(type);
+    const int64_t spans = (tiles + width - 1) / width, chunk = work_chunk(spans);
 #pragma omp parallel for schedule(dynamic, chunk)
-    for (int64_t t = 0; t < tiles; t++) {
-        float out[MAX_ROWS * TILE];
-        for (int m0 = 0; m0 < M; m0 += TILE_PASS_ROWS) {
-            const int rows = M - m0 < TILE_PASS_ROWS ? M - m0 : TILE_PASS_ROWS;
+    for (int64_t span = 0; span < spans; span++) {
+        const int64_t t0 = span * width, next = t0 + 1 < tiles ? tile_bytes : 0;
+        const uint8_t *tile = w + t0 * tile_bytes;
+        float out[MAX_ROWS * TILE * 2]; /* [m][tile of the span][row] */
+#if TILES_WIDE
+        if (width == 2)
+            tile_span_2(type, tile, next, a, M, out);
+        else
+#endif
 #if TILES_VECTORIZED
-            __m256 acc[TILE_PASS_ROWS];
-            switch (rows) {
-            case 1: tile_rows(type, w + t * tile_bytes, a, m0, 1, acc); break;
-            case 2: tile_rows(type, w + t * tile_bytes, a, m0, 2, acc); break;
-            case 3: tile_rows(type, w + t * tile_bytes, a, m0, 3, acc); break;
-            case 4: tile_rows(type, w + t * tile_bytes, a, m0, 4, acc); break;
-#if TILE_PASS_ROWS > 4
-            case 5: tile_rows(type, w + t * tile_bytes, a, m0, 5, acc); break;
-            case 6: tile_rows(type, w + t * tile_bytes, a, m0, 6, acc); break;
-            case 7: tile_rows(type, w + t * tile_bytes, a, m0, 7, acc); break;
-            default: tile_rows(type, w + t * tile_bytes, a, m0, 8, acc); break;
-#endif
-            }
-            for (int m = 0; m < rows; m++) _mm256_storeu_ps(out + (m0 + m) * TILE, acc[m]);
+            tile_span_1(type, tile, next, a, M, out);
 #else
-            tile_rows_portable(type, w + t * tile_bytes, a, m0, rows, out + m0 * TILE);
+        (void)next;
+        for (int m0 = 0; m0 < M; m0 += TILE_PASS_ROWS)
+            tile_rows_portable(type, tile, a, m0, M - m0 < TILE_PASS_ROWS ? M - m0 : TILE_PASS_ROWS, out + m0 * TILE);
 #endif
-        }
-        for (int m = 0; m < M; m++) {
-            for (int r = 0; r < TILE; r++) {
-                const int64_t n = t * TILE + r;
-                const float v = bias ? out[m * TILE + r] + input_at(bias, in_is_float, n) : out[m * TILE + r];
-                if (y_is_float)
-                    ((float *)y)[(row0 + m) * ldy + n] = v;
-                else
-                    ((uint16_t *)y)[(row0 + m) * ldy + n] = float_to_bf16(v);
+        for (int s = 0; s < width && t0 + s < tiles; s++) {
+            for (int m = 0; m < M; m++) {
+                for (int r = 0; r < TILE; r++) {
+                    const int64_t n = (t0 + s) * TILE + r;
+                    const float sum = out[(m * width + s) * TILE + r];
+                    const float v = bias ? sum + input_at(bias, in_is_float, n) : sum;
+                    if (y_is_float)
+                        ((float *)y)[(row0 + m) * ldy + n] = v;
+                    else
+                        ((uint16_t *)y)[(row0 + m) * ldy + n] = float_to_bf16(v);
+                }
             }
         }
     }
