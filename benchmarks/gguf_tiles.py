@@ -1,23 +1,29 @@
 """The GGUF kernels in the file's row order against tiles of 8 rows, alone.
 
-    python benchmarks/gguf_tiles.py [--isa avx512 avx2 portable] [--rows 1 4 8]
+    python benchmarks/gguf_tiles.py [--isa avx512 avx2 portable] [--rows 1 4 8] [--baseline TREE]
 
 For each block format of the bundled model at its shapes (the Q8_0 head,
 Q5_0 and Q4_K and Q6_K projections; and a Q5_K one, as Q5_K_M files have), enough copies of the weights to stream
 from memory rather than the caches, the same activations through both
 layouts; prints the fastest of 5 passes per layout and the bytes read per
 second. 2 threads, as the server's default on this machine.
+
+With `--baseline` (another checkout, e.g. a `git worktree` of an older
+commit) it times the tiles instead with the baseline's kernels against this
+tree's, alternating, on the same tiles, and checks that both give the same bits.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from inferd.kernels import gguf_gemv, isa
+from kernel_baseline import gemv_library
 
 SHAPES = [("Q8_0", 262144, 640, "token_embd (the head)"), ("Q5_0", 2048, 640, "ffn_gate"),
           ("Q5_0", 1024, 640, "attn_q"), ("Q4_K", 640, 1024, "attn_output"), ("Q6_K", 640, 2048, "ffn_down"),
@@ -48,7 +54,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--isa", nargs="+", default=list(isa.runnable()[:2]))
     parser.add_argument("--rows", nargs="+", type=int, default=[1, 4, 8])
+    parser.add_argument("--baseline", type=Path, default=None, help="another checkout: its tile kernels against these")
     args = parser.parse_args()
+    if args.baseline:
+        return against_baseline(args)
     torch.set_num_threads(2)
     rng = np.random.default_rng(0)
     print(f"{'build':<9}{'tensor':<24}{'format':<7}{'rows':>5}{'rows order':>14}{'tiles':>14}{'speed-up':>10}")
@@ -67,6 +76,30 @@ def main() -> None:
                 print(f"{name:<9}{label:<24}{block_format:<7}{rows:>5}{a * 1e6:>8.0f} us{megabytes / a / 1e3:>4.0f}"
                       f"{b * 1e6:>8.0f} us{megabytes / b / 1e3:>4.0f}{a / b:>9.2f}x")
     print("(us per product; the figure after each is GB/s of weights read)")
+
+
+def against_baseline(args) -> None:
+    torch.set_num_threads(2)
+    rng = np.random.default_rng(0)
+    print(f"{'build':<9}{'tensor':<24}{'format':<7}{'rows':>5}{'baseline':>12}{'this tree':>12}{'speed-up':>10}  same bits")
+    for name in args.isa:
+        flags = tuple(isa.march_flags(name))
+        libs = {"baseline": gemv_library(args.baseline.resolve(), flags), "this tree": gguf_gemv.library(flags)}
+        for block_format, n, k, label in SHAPES:
+            copies = max(1, 300_000_000 // (n * gguf_gemv.row_bytes(block_format, k)))
+            tiled = [gguf_gemv.Parts([(block_format, gguf_gemv.to_tiles(block_format, random_rows(block_format, n, k, rng),
+                                                                        lib=libs["this tree"]))], k, [True])
+                     for _ in range(copies)]
+            for rows in args.rows:
+                x = torch.randn(rows, k)
+                best = {side: float("inf") for side in libs}
+                for r in range(3):  # which side goes first alternates
+                    for side in list(libs)[:: 1 if r % 2 == 0 else -1]:
+                        best[side] = min(best[side], fastest(x, tiled, libs[side]))
+                same = torch.equal(*(gguf_gemv.matmul(x, tiled[0], out_dtype=torch.float32, lib=lib) for lib in libs.values()))
+                print(f"{name:<9}{label:<24}{block_format:<7}{rows:>5}{best['baseline'] * 1e6:>9.0f} us"
+                      f"{best['this tree'] * 1e6:>9.0f} us{best['baseline'] / best['this tree']:>9.2f}x  {same}")
+    print("(us per product: the fastest of 15 passes a side, in 3 rounds that alternate which side goes first)")
 
 
 if __name__ == "__main__":

@@ -42,9 +42,10 @@ from inferd.models.loader import load_model
 HERE = Path(__file__).resolve().parent.parent
 
 
-def gemv_library(tree: Path) -> ctypes.CDLL:
+def gemv_library(tree: Path, flags: tuple[str, ...] = ()) -> ctypes.CDLL:
+    """Another tree's GGUF products, built for the selected instruction set (or with `flags`)."""
     g = gguf_gemv
-    return load_kernel(tree / "inferd" / "kernels" / "gguf_gemv.c", (),
+    return load_kernel(tree / "inferd" / "kernels" / "gguf_gemv.c", flags,
                        inferd_gguf_gemv=([g.INT, g.PTR, g.PTR, g.PTR, g.I64, g.PTR, g.I64, g.PTR, g.INT, g.PTR, g.INT],
                                          g.INT))
 
