@@ -33,6 +33,63 @@ static inline float input_at(const void *x, int is_float, int64_t i) {
     return is_float ? ((const float *)x)[i] : bf16_to_float(((const uint16_t *)x)[i]);
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+/* 8 inputs from i on, as floats. */
+static inline __m256 inputs8(const void *x, int is_float, int64_t i) {
+    if (is_float) return _mm256_loadu_ps((const float *)x + i);
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)x + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static inline int32_t sum8(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1)));
+}
+#endif
+
+/* One group of 32 inputs: q, its scale d, and the sums of its two halves. A NaN input is
+ * left out of max|x| and quantizes to 0, as fmaxf and lrintf's int8 truncation have it. */
+static void quantize_group(const void *x, int x_is_float, int64_t g, int8_t *q, float *d_out, int32_t half[2]) {
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 v[4], amax = _mm256_setzero_ps();
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int k = 0; k < 4; k++) {
+        v[k] = inputs8(x, x_is_float, g * GROUP + 8 * k);
+        amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), amax); /* amax second: a NaN lane keeps it */
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float d = _mm_cvtss_f32(m) / 127.0f, inv = d > 0 ? 1.0f / d : 0.0f;
+    __m256i n[4];
+    for (int k = 0; k < 4; k++) {
+        n[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], _mm256_set1_ps(inv))); /* nearest even, as lrintf */
+        n[k] = _mm256_and_si256(n[k], _mm256_cmpgt_epi32(n[k], _mm256_set1_epi32(INT32_MIN))); /* NaN -> 0 */
+    }
+    const __m256i words = _mm256_packs_epi32(n[0], n[1]), words2 = _mm256_packs_epi32(n[2], n[3]);
+    const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(words, words2), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, bytes);
+    *d_out = d;
+    half[0] = sum8(_mm256_add_epi32(n[0], n[1])), half[1] = sum8(_mm256_add_epi32(n[2], n[3]));
+#else
+    float v[GROUP], amax = 0;
+    for (int j = 0; j < GROUP; j++) {
+        v[j] = input_at(x, x_is_float, g * GROUP + j);
+        amax = fmaxf(amax, fabsf(v[j]));
+    }
+    const float d = amax / 127.0f, inv = d > 0 ? 1.0f / d : 0.0f;
+    half[0] = half[1] = 0;
+    for (int j = 0; j < GROUP; j++) {
+        q[j] = (int8_t)lrintf(v[j] * inv);
+        half[j / 16] += q[j];
+    }
+    *d_out = d;
+#endif
+}
+
 static int quantize_rows(const void *x, int x_is_float, int M, int64_t K, Acts *a) {
     a->K = K, a->M = M, a->groups = K / GROUP;
     a->q = aligned_alloc(64, (size_t)((M * K + 63) / 64 * 64));
@@ -41,19 +98,9 @@ static int quantize_rows(const void *x, int x_is_float, int M, int64_t K, Acts *
     a->sum16 = malloc((size_t)(2 * M * a->groups) * sizeof(int32_t));
     if (!a->q || !a->d || !a->sum || !a->sum16) return -1;
     for (int64_t g = 0; g < M * a->groups; g++) {
-        float v[GROUP], amax = 0;
-        for (int j = 0; j < GROUP; j++) {
-            v[j] = input_at(x, x_is_float, g * GROUP + j);
-            amax = fmaxf(amax, fabsf(v[j]));
-        }
-        float d = amax / 127.0f, inv = d > 0 ? 1.0f / d : 0.0f;
-        int32_t half[2] = {0, 0};
-        for (int j = 0; j < GROUP; j++) {
-            int8_t q = (int8_t)lrintf(v[j] * inv);
-            a->q[g * GROUP + j] = q;
-            half[j / 16] += q;
-        }
-        a->d[g] = d, a->sum[g] = half[0] + half[1];
+        int32_t half[2];
+        quantize_group(x, x_is_float, g, a->q + g * GROUP, &a->d[g], half);
+        a->sum[g] = half[0] + half[1];
         a->sum16[2 * g] = half[0], a->sum16[2 * g + 1] = half[1];
     }
     return 0;

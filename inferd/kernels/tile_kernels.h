@@ -7,7 +7,7 @@
  * take half the instructions. Every lane does the same integer and float
  * operations in either span, so both give the same bits.
  *
- * A span's second tile lies `next` bytes after its first: TK(vi_load)(p, next)
+ * A span's second tile lies `next` bytes after its first: TK(ti_load)(p, next)
  * reads 32 bytes at p into the low half and 32 at p + next into the high half.
  * Names defined here carry the span (TK(tile_rows): tile_rows_1, tile_rows_2).
  * No include guard: each inclusion is one span, and the macros it defines are
@@ -18,78 +18,78 @@
 #define TK(name) TK_NAME(name, TILE_SPAN)
 
 #if TILE_SPAN == 2
-#define vi __m512i
-#define vf __m512
-#define vi_zero _mm512_setzero_si512
-#define vi_set1_32 _mm512_set1_epi32
-#define vi_set1_8 _mm512_set1_epi8
-#define vi_and _mm512_and_si512
-#define vi_or _mm512_or_si512
-#define vi_xor _mm512_xor_si512
-#define vi_srli16 _mm512_srli_epi16
-#define vi_slli16 _mm512_slli_epi16
-#define vi_sll16 _mm512_sll_epi16
-#define vi_srl16 _mm512_srl_epi16
-#define vi_dpbusd _mm512_dpbusd_epi32
-#define vf_zero _mm512_setzero_ps
-#define vf_set1 _mm512_set1_ps
-#define vf_mul _mm512_mul_ps
-#define vf_fmadd _mm512_fmadd_ps
-#define vf_from_vi _mm512_cvtepi32_ps
-#define vf_store _mm512_storeu_ps
+#define tvi __m512i
+#define tvf __m512
+#define ti_zero _mm512_setzero_si512
+#define ti_set1_32 _mm512_set1_epi32
+#define ti_set1_8 _mm512_set1_epi8
+#define ti_and _mm512_and_si512
+#define ti_or _mm512_or_si512
+#define ti_xor _mm512_xor_si512
+#define ti_srli16 _mm512_srli_epi16
+#define ti_slli16 _mm512_slli_epi16
+#define ti_sll16 _mm512_sll_epi16
+#define ti_srl16 _mm512_srl_epi16
+#define ti_dpbusd _mm512_dpbusd_epi32
+#define tf_zero _mm512_setzero_ps
+#define tf_set1 _mm512_set1_ps
+#define tf_mul _mm512_mul_ps
+#define tf_fmadd _mm512_fmadd_ps
+#define tf_from_vi _mm512_cvtepi32_ps
+#define tf_store _mm512_storeu_ps
 
-static inline vi TK(vi_load)(const uint8_t *p, int64_t next) {
+static inline tvi TK(ti_load)(const uint8_t *p, int64_t next) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p)),
                               _mm256_loadu_si256((const __m256i *)(p + next)), 1);
 }
 
 /* 8 fp16 values of each tile, as floats. */
-static inline vf TK(vf_halves)(const uint8_t *p, int64_t next) {
+static inline tvf TK(tf_halves)(const uint8_t *p, int64_t next) {
     const __m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + next));
     return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1));
 }
 
 /* 8 bytes of each tile (one per row), as floats. */
-static inline vf TK(vf_bytes)(const uint8_t *p, int64_t next, int is_signed) {
+static inline tvf TK(tf_bytes)(const uint8_t *p, int64_t next, int is_signed) {
     const __m128i b = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)p), _mm_loadl_epi64((const __m128i *)(p + next)));
     return _mm512_cvtepi32_ps(is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
 }
 #else
-#define vi __m256i
-#define vf __m256
-#define vi_zero _mm256_setzero_si256
-#define vi_set1_32 _mm256_set1_epi32
-#define vi_set1_8 _mm256_set1_epi8
-#define vi_and _mm256_and_si256
-#define vi_or _mm256_or_si256
-#define vi_xor _mm256_xor_si256
-#define vi_srli16 _mm256_srli_epi16
-#define vi_slli16 _mm256_slli_epi16
-#define vi_sll16 _mm256_sll_epi16
-#define vi_srl16 _mm256_srl_epi16
+#define tvi __m256i
+#define tvf __m256
+#define ti_zero _mm256_setzero_si256
+#define ti_set1_32 _mm256_set1_epi32
+#define ti_set1_8 _mm256_set1_epi8
+#define ti_and _mm256_and_si256
+#define ti_or _mm256_or_si256
+#define ti_xor _mm256_xor_si256
+#define ti_srli16 _mm256_srli_epi16
+#define ti_slli16 _mm256_slli_epi16
+#define ti_sll16 _mm256_sll_epi16
+#define ti_srl16 _mm256_srl_epi16
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-#define vi_dpbusd _mm256_dpbusd_epi32
+#define ti_dpbusd _mm256_dpbusd_epi32
 #elif defined(__AVXVNNI__)
-#define vi_dpbusd _mm256_dpbusd_avx_epi32
+#define ti_dpbusd _mm256_dpbusd_avx_epi32
 #endif
-#define vf_zero _mm256_setzero_ps
-#define vf_set1 _mm256_set1_ps
-#define vf_mul _mm256_mul_ps
-#define vf_fmadd _mm256_fmadd_ps
-#define vf_from_vi _mm256_cvtepi32_ps
-#define vf_store _mm256_storeu_ps
+#define tf_zero _mm256_setzero_ps
+#define tf_set1 _mm256_set1_ps
+#define tf_mul _mm256_mul_ps
+#define tf_fmadd _mm256_fmadd_ps
+#define tf_from_vi _mm256_cvtepi32_ps
+#define tf_store _mm256_storeu_ps
 
-static inline vi TK(vi_load)(const uint8_t *p, int64_t next) {
+static inline tvi TK(ti_load)(const uint8_t *p, int64_t next) {
     (void)next;
     return _mm256_loadu_si256((const __m256i *)p);
 }
 
-static inline vf TK(vf_halves)(const uint8_t *p, int64_t next) {
+static inline tvf TK(tf_halves)(const uint8_t *p, int64_t next) {
     (void)next;
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
 
-static inline vf TK(vf_bytes)(const uint8_t *p, int64_t next, int is_signed) {
+static inline tvf TK(tf_bytes)(const uint8_t *p, int64_t next, int is_signed) {
     (void)next;
     const __m128i b = _mm_loadl_epi64((const __m128i *)p);
     return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
@@ -97,16 +97,16 @@ static inline vf TK(vf_bytes)(const uint8_t *p, int64_t next, int is_signed) {
 #endif
 
 /* 4 activation bytes in every lane. */
-static inline vi TK(vi_bcast4)(const int8_t *p) {
+static inline tvi TK(ti_bcast4)(const int8_t *p) {
     int32_t v;
     memcpy(&v, p, 4);
-    return vi_set1_32(v);
+    return ti_set1_32(v);
 }
 
 /* sums + the dots of u's 4 unsigned bytes per lane with s's 4 signed ones (u <= 127 without VNNI: no saturation). */
-static inline vi TK(tile_dot)(vi sums, vi u, vi s) {
-#ifdef vi_dpbusd
-    return vi_dpbusd(sums, u, s);
+static inline tvi TK(tile_dot)(tvi sums, tvi u, tvi s) {
+#ifdef ti_dpbusd
+    return ti_dpbusd(sums, u, s);
 #else
     return _mm256_add_epi32(sums, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 #endif
@@ -114,8 +114,8 @@ static inline vi TK(tile_dot)(vi sums, vi u, vi s) {
 
 /* Two such dots at once, for weights u0, u1 <= 63: without VNNI the two int16 pair sums
  * add before widening (at most 4 * 63 * 128 < 2^15), one widening instead of two. */
-static inline vi TK(tile_dot2)(vi sums, vi u0, vi s0, vi u1, vi s1) {
-#ifdef vi_dpbusd
+static inline tvi TK(tile_dot2)(tvi sums, tvi u0, tvi s0, tvi u1, tvi s1) {
+#ifdef ti_dpbusd
     return TK(tile_dot)(TK(tile_dot)(sums, u0, s0), u1, s1);
 #else
     const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1));
@@ -126,10 +126,10 @@ static inline vi TK(tile_dot2)(vi sums, vi u0, vi s0, vi u1, vi s1) {
 #if TILE_SPAN == 1 /* the formats of 32 weights a scale take one tile at a time (gguf_tiles.h) */
 /* The same for signed weights w: with VNNI as w + 128 (the caller subtracts 128 times the
  * activations' sum), otherwise |w| times x carrying w's sign. */
-#ifdef vi_dpbusd
-static inline vi TK(tile_dot_signed)(vi sums, vi w, vi x) { return TK(tile_dot)(sums, vi_xor(w, vi_set1_8((char)0x80)), x); }
+#ifdef ti_dpbusd
+static inline tvi TK(tile_dot_signed)(tvi sums, tvi w, tvi x) { return TK(tile_dot)(sums, ti_xor(w, ti_set1_8((char)0x80)), x); }
 #else
-static inline vi TK(tile_dot_signed)(vi sums, vi w, vi x) {
+static inline tvi TK(tile_dot_signed)(tvi sums, tvi w, tvi x) {
     return TK(tile_dot)(sums, _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
 }
 #endif
@@ -137,84 +137,84 @@ static inline vi TK(tile_dot_signed)(vi sums, vi w, vi x) {
 #endif
 
 /* Q5_0's fifth bits of chunk c moved to bit 4 of each byte (16-bit shifts: the mask drops what crossed bytes). */
-static inline vi TK(fifth_bits)(vi high, int c) {
-    const vi bit4 = vi_set1_8(16);
-    return c <= 4 ? vi_and(vi_sll16(high, _mm_cvtsi32_si128(4 - c)), bit4)
-                  : vi_and(vi_srl16(high, _mm_cvtsi32_si128(c - 4)), bit4);
+static inline tvi TK(fifth_bits)(tvi high, int c) {
+    const tvi bit4 = ti_set1_8(16);
+    return c <= 4 ? ti_and(ti_sll16(high, _mm_cvtsi32_si128(4 - c)), bit4)
+                  : ti_and(ti_srl16(high, _mm_cvtsi32_si128(c - 4)), bit4);
 }
 
 #if TILE_SPAN == 1
 /* A span's outputs for activation rows m0..m0+M-1: acc[m] lane 8s + r = row r of the span's tile s. */
 INLINE void TK(tile_rows_32)(const int type, const uint8_t *tile, const int64_t next, const Acts *a, const int m0,
-                         const int M, vf *acc) {
+                         const int M, tvf *acc) {
     const int bytes = tile_group_bytes(type), zero = type == Q8_0 ? Q8_OFFSET : type == Q5_0 ? 16 : 8;
-    for (int m = 0; m < M; m++) acc[m] = vf_zero();
+    for (int m = 0; m < M; m++) acc[m] = tf_zero();
     for (int64_t g = 0; g < a->groups; g++) {
         const uint8_t *group = tile + g * bytes;
-        vi sums[MAX_ROWS];
-        for (int m = 0; m < M; m++) sums[m] = vi_set1_32(-zero * act_sum(a, m0 + m, g));
+        tvi sums[MAX_ROWS];
+        for (int m = 0; m < M; m++) sums[m] = ti_set1_32(-zero * act_sum(a, m0 + m, g));
         if (type == Q8_0) {
             for (int c = 0; c < 8; c++) {
-                const vi w = TK(vi_load)(group + 16 + 32 * c, next);
-                for (int m = 0; m < M; m++) sums[m] = TK(tile_dot_signed)(sums[m], w, TK(vi_bcast4)(act_q(a, m0 + m, g) + 4 * c));
+                const tvi w = TK(ti_load)(group + 16 + 32 * c, next);
+                for (int m = 0; m < M; m++) sums[m] = TK(tile_dot_signed)(sums[m], w, TK(ti_bcast4)(act_q(a, m0 + m, g) + 4 * c));
             }
         } else {
-            const vi high = type == Q5_0 ? TK(vi_load)(group + 16, next) : vi_zero();
+            const tvi high = type == Q5_0 ? TK(ti_load)(group + 16, next) : ti_zero();
             const uint8_t *nibbles = group + (type == Q5_0 ? 48 : 16);
             for (int p = 0; p < 4; p++) {
-                const vi raw = TK(vi_load)(nibbles + 32 * p, next), mask = vi_set1_8(0x0f);
-                vi lo = vi_and(raw, mask), hi = vi_and(vi_srli16(raw, 4), mask);
-                if (type == Q5_0) lo = vi_or(lo, TK(fifth_bits)(high, p)), hi = vi_or(hi, TK(fifth_bits)(high, p + 4));
+                const tvi raw = TK(ti_load)(nibbles + 32 * p, next), mask = ti_set1_8(0x0f);
+                tvi lo = ti_and(raw, mask), hi = ti_and(ti_srli16(raw, 4), mask);
+                if (type == Q5_0) lo = ti_or(lo, TK(fifth_bits)(high, p)), hi = ti_or(hi, TK(fifth_bits)(high, p + 4));
                 for (int m = 0; m < M; m++) {
                     const int8_t *x = act_q(a, m0 + m, g);
-                    sums[m] = TK(tile_dot2)(sums[m], lo, TK(vi_bcast4)(x + 4 * p), hi, TK(vi_bcast4)(x + 16 + 4 * p));
+                    sums[m] = TK(tile_dot2)(sums[m], lo, TK(ti_bcast4)(x + 4 * p), hi, TK(ti_bcast4)(x + 16 + 4 * p));
                 }
             }
         }
-        const vf d = TK(vf_halves)(group, next);
+        const tvf d = TK(tf_halves)(group, next);
         for (int m = 0; m < M; m++)
-            acc[m] = vf_fmadd(vf_from_vi(sums[m]), vf_mul(d, vf_set1(act_d(a, m0 + m, g))), acc[m]);
+            acc[m] = tf_fmadd(tf_from_vi(sums[m]), tf_mul(d, tf_set1(act_d(a, m0 + m, g))), acc[m]);
     }
 }
 #endif
 
 /* Q4_K, or Q5_K with its fifth bits. */
 INLINE void TK(tile_rows_q4k)(const int type, const uint8_t *tile, const int64_t next, const Acts *a, const int m0,
-                          const int M, vf *acc) {
-    const vi mask = vi_set1_8(0x0f);
-    for (int m = 0; m < M; m++) acc[m] = vf_zero();
+                          const int M, tvf *acc) {
+    const tvi mask = ti_set1_8(0x0f);
+    for (int m = 0; m < M; m++) acc[m] = tf_zero();
     for (int64_t b = 0; b < a->groups / 8; b++) {
         const uint8_t *blk = tile + b * tile_group_bytes(type);
-        const vf d = TK(vf_halves)(blk, next), dmin = TK(vf_halves)(blk + 16, next);
+        const tvf d = TK(tf_halves)(blk, next), dmin = TK(tf_halves)(blk + 16, next);
         for (int p = 0; p < 4; p++) {
             const int64_t g = 8 * b + 2 * p;
-            vi lo[MAX_ROWS], hi[MAX_ROWS];
-            for (int m = 0; m < M; m++) lo[m] = hi[m] = vi_zero();
+            tvi lo[MAX_ROWS], hi[MAX_ROWS];
+            for (int m = 0; m < M; m++) lo[m] = hi[m] = ti_zero();
             for (int i = 0; i < 8; i += 2) {
-                vi q0[2], q1[2];
+                tvi q0[2], q1[2];
                 for (int k = 0; k < 2; k++) {
-                    const vi raw = TK(vi_load)(blk + k_nibbles_at(type) + 256 * p + 32 * (i + k), next);
-                    q0[k] = vi_and(raw, mask), q1[k] = vi_and(vi_srli16(raw, 4), mask);
+                    const tvi raw = TK(ti_load)(blk + k_nibbles_at(type) + 256 * p + 32 * (i + k), next);
+                    q0[k] = ti_and(raw, mask), q1[k] = ti_and(ti_srli16(raw, 4), mask);
                     if (type == Q5_K) {
-                        const vi high = TK(vi_load)(blk + 160 + 32 * (i + k), next);
-                        q0[k] = vi_or(q0[k], TK(fifth_bits)(high, 2 * p));
-                        q1[k] = vi_or(q1[k], TK(fifth_bits)(high, 2 * p + 1));
+                        const tvi high = TK(ti_load)(blk + 160 + 32 * (i + k), next);
+                        q0[k] = ti_or(q0[k], TK(fifth_bits)(high, 2 * p));
+                        q1[k] = ti_or(q1[k], TK(fifth_bits)(high, 2 * p + 1));
                     }
                 }
                 for (int m = 0; m < M; m++) {
                     const int8_t *x0 = act_q(a, m0 + m, g) + 4 * i, *x1 = act_q(a, m0 + m, g + 1) + 4 * i;
-                    lo[m] = TK(tile_dot2)(lo[m], q0[0], TK(vi_bcast4)(x0), q0[1], TK(vi_bcast4)(x0 + 4));
-                    hi[m] = TK(tile_dot2)(hi[m], q1[0], TK(vi_bcast4)(x1), q1[1], TK(vi_bcast4)(x1 + 4));
+                    lo[m] = TK(tile_dot2)(lo[m], q0[0], TK(ti_bcast4)(x0), q0[1], TK(ti_bcast4)(x0 + 4));
+                    hi[m] = TK(tile_dot2)(hi[m], q1[0], TK(ti_bcast4)(x1), q1[1], TK(ti_bcast4)(x1 + 4));
                 }
             }
             for (int half = 0; half < 2; half++) {
                 const int j = 2 * p + half;
-                const vf scale = vf_mul(d, TK(vf_bytes)(blk + 32 + 8 * j, next, 0)),
-                         min = vf_mul(dmin, TK(vf_bytes)(blk + 96 + 8 * j, next, 0));
+                const tvf scale = tf_mul(d, TK(tf_bytes)(blk + 32 + 8 * j, next, 0)),
+                         min = tf_mul(dmin, TK(tf_bytes)(blk + 96 + 8 * j, next, 0));
                 for (int m = 0; m < M; m++) {
                     const float dx = act_d(a, m0 + m, g + half);
-                    acc[m] = vf_fmadd(vf_from_vi(half ? hi[m] : lo[m]), vf_mul(scale, vf_set1(dx)), acc[m]);
-                    acc[m] = vf_fmadd(min, vf_set1(-(dx * (float)act_sum(a, m0 + m, g + half))), acc[m]);
+                    acc[m] = tf_fmadd(tf_from_vi(half ? hi[m] : lo[m]), tf_mul(scale, tf_set1(dx)), acc[m]);
+                    acc[m] = tf_fmadd(min, tf_set1(-(dx * (float)act_sum(a, m0 + m, g + half))), acc[m]);
                 }
             }
         }
@@ -222,52 +222,52 @@ INLINE void TK(tile_rows_q4k)(const int type, const uint8_t *tile, const int64_t
 }
 
 /* Q6_K's chunk c (0..3) of one step: 4 weights of each row, 0..63. */
-static inline vi TK(q6k_chunk)(const uint8_t *blk, int64_t next, int h, int c, int i) {
-    const vi mask = vi_set1_8(0x0f), top = vi_set1_8(0x30);
-    const vi ql = TK(vi_load)(blk + 144 + 512 * h + 256 * (c & 1) + 32 * i, next);
-    const vi qh = TK(vi_load)(blk + 1168 + 256 * h + 32 * i, next);
-    const vi low = c < 2 ? vi_and(ql, mask) : vi_and(vi_srli16(ql, 4), mask);
-    const vi high = c == 0 ? vi_slli16(qh, 4) : c == 1 ? vi_slli16(qh, 2) : c == 2 ? qh : vi_srli16(qh, 2);
-    return vi_or(low, vi_and(high, top));
+static inline tvi TK(q6k_chunk)(const uint8_t *blk, int64_t next, int h, int c, int i) {
+    const tvi mask = ti_set1_8(0x0f), top = ti_set1_8(0x30);
+    const tvi ql = TK(ti_load)(blk + 144 + 512 * h + 256 * (c & 1) + 32 * i, next);
+    const tvi qh = TK(ti_load)(blk + 1168 + 256 * h + 32 * i, next);
+    const tvi low = c < 2 ? ti_and(ql, mask) : ti_and(ti_srli16(ql, 4), mask);
+    const tvi high = c == 0 ? ti_slli16(qh, 4) : c == 1 ? ti_slli16(qh, 2) : c == 2 ? qh : ti_srli16(qh, 2);
+    return ti_or(low, ti_and(high, top));
 }
 
-INLINE void TK(tile_rows_q6k)(const uint8_t *tile, const int64_t next, const Acts *a, const int m0, const int M, vf *acc) {
-    for (int m = 0; m < M; m++) acc[m] = vf_zero();
+INLINE void TK(tile_rows_q6k)(const uint8_t *tile, const int64_t next, const Acts *a, const int m0, const int M, tvf *acc) {
+    for (int m = 0; m < M; m++) acc[m] = tf_zero();
     for (int64_t b = 0; b < a->groups / 8; b++) {
         const uint8_t *blk = tile + b * tile_group_bytes(Q6_K);
-        const vf d = TK(vf_halves)(blk, next);
+        const tvf d = TK(tf_halves)(blk, next);
         for (int h = 0; h < 2; h++) {
             for (int c = 0; c < 4; c++) {
                 const int64_t g = 8 * b + 4 * h + c, sub = 2 * g; /* sub: the first of g's two sub-blocks of 16 */
-                vi first[MAX_ROWS], second[MAX_ROWS];
+                tvi first[MAX_ROWS], second[MAX_ROWS];
                 for (int m = 0; m < M; m++) {
-                    first[m] = vi_set1_32(-32 * act_sum16(a, m0 + m, sub));
-                    second[m] = vi_set1_32(-32 * act_sum16(a, m0 + m, sub + 1));
+                    first[m] = ti_set1_32(-32 * act_sum16(a, m0 + m, sub));
+                    second[m] = ti_set1_32(-32 * act_sum16(a, m0 + m, sub + 1));
                 }
                 /* One row: a step at a time keeps the chains short; more rows: steps in pairs. */
                 for (int i = 0; M == 1 && i < 8; i++) {
-                    const vi q = TK(q6k_chunk)(blk, next, h, c, i), x = TK(vi_bcast4)(act_q(a, m0, g) + 4 * i);
+                    const tvi q = TK(q6k_chunk)(blk, next, h, c, i), x = TK(ti_bcast4)(act_q(a, m0, g) + 4 * i);
                     if (i < 4)
                         first[0] = TK(tile_dot)(first[0], q, x);
                     else
                         second[0] = TK(tile_dot)(second[0], q, x);
                 }
                 for (int i = 0; M > 1 && i < 8; i += 2) {
-                    const vi q0 = TK(q6k_chunk)(blk, next, h, c, i), q1 = TK(q6k_chunk)(blk, next, h, c, i + 1);
+                    const tvi q0 = TK(q6k_chunk)(blk, next, h, c, i), q1 = TK(q6k_chunk)(blk, next, h, c, i + 1);
                     for (int m = 0; m < M; m++) {
                         const int8_t *x = act_q(a, m0 + m, g) + 4 * i;
                         if (i < 4)
-                            first[m] = TK(tile_dot2)(first[m], q0, TK(vi_bcast4)(x), q1, TK(vi_bcast4)(x + 4));
+                            first[m] = TK(tile_dot2)(first[m], q0, TK(ti_bcast4)(x), q1, TK(ti_bcast4)(x + 4));
                         else
-                            second[m] = TK(tile_dot2)(second[m], q0, TK(vi_bcast4)(x), q1, TK(vi_bcast4)(x + 4));
+                            second[m] = TK(tile_dot2)(second[m], q0, TK(ti_bcast4)(x), q1, TK(ti_bcast4)(x + 4));
                     }
                 }
-                const vf s0 = vf_mul(d, TK(vf_bytes)(blk + 16 + 8 * (8 * h + 2 * c), next, 1)),
-                         s1 = vf_mul(d, TK(vf_bytes)(blk + 16 + 8 * (8 * h + 2 * c + 1), next, 1));
+                const tvf s0 = tf_mul(d, TK(tf_bytes)(blk + 16 + 8 * (8 * h + 2 * c), next, 1)),
+                         s1 = tf_mul(d, TK(tf_bytes)(blk + 16 + 8 * (8 * h + 2 * c + 1), next, 1));
                 for (int m = 0; m < M; m++) {
-                    const vf dx = vf_set1(act_d(a, m0 + m, g));
-                    acc[m] = vf_fmadd(vf_from_vi(first[m]), vf_mul(s0, dx), acc[m]);
-                    acc[m] = vf_fmadd(vf_from_vi(second[m]), vf_mul(s1, dx), acc[m]);
+                    const tvf dx = tf_set1(act_d(a, m0 + m, g));
+                    acc[m] = tf_fmadd(tf_from_vi(first[m]), tf_mul(s0, dx), acc[m]);
+                    acc[m] = tf_fmadd(tf_from_vi(second[m]), tf_mul(s1, dx), acc[m]);
                 }
             }
         }
@@ -275,7 +275,7 @@ INLINE void TK(tile_rows_q6k)(const uint8_t *tile, const int64_t next, const Act
 }
 
 INLINE void TK(tile_rows)(const int type, const uint8_t *tile, const int64_t next, const Acts *a, const int m0, const int M,
-                      vf *acc) {
+                      tvf *acc) {
     if (type == Q4_K || type == Q5_K)
         TK(tile_rows_q4k)(type, tile, next, a, m0, M, acc);
     else if (type == Q6_K)
@@ -291,7 +291,7 @@ INLINE void TK(tile_span)(const int type, const uint8_t *tile, const int64_t nex
                           float *out) {
     for (int m0 = 0; m0 < M; m0 += TILE_PASS_ROWS) {
         const int rows = M - m0 < TILE_PASS_ROWS ? M - m0 : TILE_PASS_ROWS;
-        vf acc[TILE_PASS_ROWS];
+        tvf acc[TILE_PASS_ROWS];
         switch (rows) {
         case 1: TK(tile_rows)(type, tile, next, a, m0, 1, acc); break;
         case 2: TK(tile_rows)(type, tile, next, a, m0, 2, acc); break;
@@ -304,29 +304,29 @@ INLINE void TK(tile_span)(const int type, const uint8_t *tile, const int64_t nex
         default: TK(tile_rows)(type, tile, next, a, m0, 8, acc); break;
 #endif
         }
-        for (int m = 0; m < rows; m++) vf_store(out + (m0 + m) * TILE * TILE_SPAN, acc[m]);
+        for (int m = 0; m < rows; m++) tf_store(out + (m0 + m) * TILE * TILE_SPAN, acc[m]);
     }
 }
 
 #undef TK_CAT
 #undef TK_NAME
 #undef TK
-#undef vi
-#undef vf
-#undef vi_zero
-#undef vi_set1_32
-#undef vi_set1_8
-#undef vi_and
-#undef vi_or
-#undef vi_xor
-#undef vi_srli16
-#undef vi_slli16
-#undef vi_sll16
-#undef vi_srl16
-#undef vi_dpbusd
-#undef vf_zero
-#undef vf_set1
-#undef vf_mul
-#undef vf_fmadd
-#undef vf_from_vi
-#undef vf_store
+#undef tvi
+#undef tvf
+#undef ti_zero
+#undef ti_set1_32
+#undef ti_set1_8
+#undef ti_and
+#undef ti_or
+#undef ti_xor
+#undef ti_srli16
+#undef ti_slli16
+#undef ti_sll16
+#undef ti_srl16
+#undef ti_dpbusd
+#undef tf_zero
+#undef tf_set1
+#undef tf_mul
+#undef tf_fmadd
+#undef tf_from_vi
+#undef tf_store

@@ -151,6 +151,23 @@ def test_tiles_give_every_build_the_same_bits_and_a_row_the_same_bits_alone_or_i
         assert torch.equal(gguf_gemv.matmul(x[row:row + 1], parts, out_dtype=torch.float32)[0], first[row])
 
 
+def test_activations_quantize_alike_on_every_build_a_nan_as_zero():
+    """The vector builds quantize activations as the portable C does, bit for bit; a NaN
+    input is left out of its group's scale and counts as 0, so the row's products stay finite."""
+    raw, _ = file_rows("Q8_0", 16, 256, seed=3)
+    parts = gguf_gemv.Parts([("Q8_0", gguf_gemv.to_tiles("Q8_0", torch.from_numpy(raw)))], 256, [True])
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(4))
+    x[1, 40] = float("nan")
+    results = {name: gguf_gemv.matmul(x, parts, out_dtype=torch.float32,
+                                      lib=gguf_gemv.library(tuple(isa.march_flags(name))))
+               for name in isa.runnable()}
+    zeroed = x.clone()
+    zeroed[1, 40] = 0.0
+    expected = gguf_gemv.matmul(zeroed, parts, out_dtype=torch.float32)
+    for name, result in results.items():
+        assert torch.equal(result, expected), f"{name} differs"
+
+
 def test_tiles_hold_the_files_bytes_reordered():
     raw, _ = file_rows("Q8_0", 16, 64, seed=14)
     tiles = gguf_gemv.to_tiles("Q8_0", torch.from_numpy(raw))
