@@ -9,7 +9,8 @@ and turn its refusals into their dialects' errors.
     store_watch.py  keys edited there by another process, taken without a restart
     keyring.py  the keys in memory, bootstrap keys beside them; lookups by hash
     limiter.py  rpm, tpm, daily tokens and concurrency on `limits` counters
-    counters.py those counters in memory (fixed windows in a dict), or in Redis: one Lua script per step
+    counters.py those counters in memory (fixed windows in a dict), or in Redis:
+    redis_counters.py  one Lua script per step (imported only when Redis is used)
     redis_scripts.py  those scripts, run on connections of their own
     ledger.py   usage per key, model and UTC day, written to the store in batches
     gate.py     one request's way through: identify, admit, settle

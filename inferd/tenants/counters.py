@@ -5,7 +5,7 @@ In memory, a step is a few dict operations (`MemoryCounters`). In Redis, a
 step is one round trip: a Lua script (sent by EVALSHA) checks every counter
 of the step against its cap and only then adds to all of them,
 so replicas sharing the counters never see half a step, and giving back
-(a settled reservation, a lease) is one more script (`redis_scripts.py`). A window is told apart
+(a settled reservation, a lease) is one more script (`redis_counters.py`). A window is told apart
 from the next one of the same key by its end (PEXPIRETIME, Redis >= 7.0):
 what is given back goes only to the window it was taken from.
 """
@@ -15,10 +15,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from limits.storage import storage_from_string
 
-from inferd.tenants.redis_scripts import Script, ScriptRunner
+if TYPE_CHECKING:
+    from inferd.tenants.redis_counters import RedisCounters
 
 SWEEP_SECONDS = 60.0  # how often ended windows of keys gone quiet are dropped from memory
 
@@ -57,6 +59,8 @@ class Short:
 def open_counters(uri: str) -> MemoryCounters | RedisCounters:
     """memory:// or redis://HOST:PORT[/DB] (rediss:// for TLS)."""
     if uri.startswith(("redis://", "rediss://")):
+        from inferd.tenants.redis_counters import RedisCounters  # redis-py's import is 0.1 s a start that uses none
+
         return RedisCounters(storage_from_string(f"async+{uri}", implementation="redispy"))
     if uri in ("memory", "memory://"):
         return MemoryCounters()
@@ -133,74 +137,3 @@ class MemoryCounters:
     async def get(self, key: str) -> int:
         counter = self._current(key, self.clock())
         return counter[0] if counter is not None else 0
-
-
-# ARGV: three per key: amount, cap (0: none), expiry seconds (set when the counter is new).
-# Returns {0, count1, end1, count2, end2, ...} (ends in epoch ms), or {i, pttl} when key i would pass its cap.
-_TAKE = Script("""
-for i = 1, #KEYS do
-  local cap = tonumber(ARGV[3*i-1])
-  if cap > 0 and tonumber(redis.call('GET', KEYS[i]) or '0') + tonumber(ARGV[3*i-2]) > cap then
-    return {i, redis.call('PTTL', KEYS[i])}
-  end
-end
-local out = {0}
-for i = 1, #KEYS do
-  local count = redis.call('INCRBY', KEYS[i], ARGV[3*i-2])
-  if redis.call('TTL', KEYS[i]) < 0 then
-    redis.call('EXPIRE', KEYS[i], ARGV[3*i])
-  end
-  out[2*i] = count
-  out[2*i+1] = redis.call('PEXPIRETIME', KEYS[i])
-end
-return out
-""")
-
-# ARGV: two per key: amount to give back (negative: take more), the window's end in ms (0: a lease).
-_GIVE_BACK = Script("""
-for i = 1, #KEYS do
-  local window = tonumber(ARGV[2*i])
-  if window == 0 then
-    -- a lease counter back at zero is dropped, so the next take starts it a fresh expiry: only one that
-    -- never comes back to zero (leases a crashed replica kept) lives out its expiry
-    if tonumber(redis.call('GET', KEYS[i]) or '0') > 0 and redis.call('DECRBY', KEYS[i], ARGV[2*i-1]) <= 0 then
-      redis.call('DEL', KEYS[i])
-    end
-  elseif redis.call('PEXPIRETIME', KEYS[i]) == window then
-    redis.call('DECRBY', KEYS[i], ARGV[2*i-1])
-  end
-end
-return 0
-""")
-
-
-class RedisCounters:
-    in_memory = False
-
-    def __init__(self, storage):
-        self.storage = storage  # `limits`' Redis storage: its connection and key prefix, shared with `add` and `get`
-        self.scripts = ScriptRunner(storage.bridge.get_connection().connection_pool)
-
-    async def take(self, wants: list[Want]) -> list[Taken] | Short:
-        if not wants:
-            return []
-        keys = [self.storage.bridge.prefixed_key(w.key) for w in wants]
-        args = [a for w in wants for a in (w.amount, w.cap, w.expiry)]
-        out = await self.scripts.run(_TAKE, keys, args)
-        if out[0]:
-            return Short(out[0] - 1, max(0, out[1]) / 1000)
-        return [Taken(w.key, w.expiry, w.amount, out[2 * i + 1], out[2 * i + 2] / 1000,
-                      0 if w.lease else out[2 * i + 2], w.lease)
-                for i, w in enumerate(wants)]
-
-    async def give_back(self, items: list[tuple[Taken, int]]) -> None:
-        items = [(t, amount) for t, amount in items if amount]
-        if items:
-            await self.scripts.run(_GIVE_BACK, [self.storage.bridge.prefixed_key(t.key) for t, _ in items],
-                                   [a for t, amount in items for a in (amount, t.window)])
-
-    async def add(self, key: str, expiry: int, amount: int) -> None:
-        await self.storage.incr(key, expiry, amount)
-
-    async def get(self, key: str) -> int:
-        return await self.storage.get(key)
