@@ -35,7 +35,7 @@
 #define tf_set1 _mm512_set1_ps
 #define tf_mul _mm512_mul_ps
 #define tf_fmadd _mm512_fmadd_ps
-#define tf_from_vi _mm512_cvtepi32_ps
+#define tf_from_ti _mm512_cvtepi32_ps
 #define tf_store _mm512_storeu_ps
 
 static inline tvi TK(ti_load)(const uint8_t *p, int64_t next) {
@@ -76,7 +76,7 @@ static inline tvf TK(tf_bytes)(const uint8_t *p, int64_t next, int is_signed) {
 #define tf_set1 _mm256_set1_ps
 #define tf_mul _mm256_mul_ps
 #define tf_fmadd _mm256_fmadd_ps
-#define tf_from_vi _mm256_cvtepi32_ps
+#define tf_from_ti _mm256_cvtepi32_ps
 #define tf_store _mm256_storeu_ps
 
 static inline tvi TK(ti_load)(const uint8_t *p, int64_t next) {
@@ -173,7 +173,7 @@ INLINE void TK(tile_rows_32)(const int type, const uint8_t *tile, const int64_t 
         }
         const tvf d = TK(tf_halves)(group, next);
         for (int m = 0; m < M; m++)
-            acc[m] = tf_fmadd(tf_from_vi(sums[m]), tf_mul(d, tf_set1(act_d(a, m0 + m, g))), acc[m]);
+            acc[m] = tf_fmadd(tf_from_ti(sums[m]), tf_mul(d, tf_set1(act_d(a, m0 + m, g))), acc[m]);
     }
 }
 #endif
@@ -213,7 +213,7 @@ INLINE void TK(tile_rows_q4k)(const int type, const uint8_t *tile, const int64_t
                          min = tf_mul(dmin, TK(tf_bytes)(blk + 96 + 8 * j, next, 0));
                 for (int m = 0; m < M; m++) {
                     const float dx = act_d(a, m0 + m, g + half);
-                    acc[m] = tf_fmadd(tf_from_vi(half ? hi[m] : lo[m]), tf_mul(scale, tf_set1(dx)), acc[m]);
+                    acc[m] = tf_fmadd(tf_from_ti(half ? hi[m] : lo[m]), tf_mul(scale, tf_set1(dx)), acc[m]);
                     acc[m] = tf_fmadd(min, tf_set1(-(dx * (float)act_sum(a, m0 + m, g + half))), acc[m]);
                 }
             }
@@ -266,8 +266,8 @@ INLINE void TK(tile_rows_q6k)(const uint8_t *tile, const int64_t next, const Act
                          s1 = tf_mul(d, TK(tf_bytes)(blk + 16 + 8 * (8 * h + 2 * c + 1), next, 1));
                 for (int m = 0; m < M; m++) {
                     const tvf dx = tf_set1(act_d(a, m0 + m, g));
-                    acc[m] = tf_fmadd(tf_from_vi(first[m]), tf_mul(s0, dx), acc[m]);
-                    acc[m] = tf_fmadd(tf_from_vi(second[m]), tf_mul(s1, dx), acc[m]);
+                    acc[m] = tf_fmadd(tf_from_ti(first[m]), tf_mul(s0, dx), acc[m]);
+                    acc[m] = tf_fmadd(tf_from_ti(second[m]), tf_mul(s1, dx), acc[m]);
                 }
             }
         }
@@ -328,5 +328,5 @@ INLINE void TK(tile_span)(const int type, const uint8_t *tile, const int64_t nex
 #undef tf_set1
 #undef tf_mul
 #undef tf_fmadd
-#undef tf_from_vi
+#undef tf_from_ti
 #undef tf_store
