@@ -8,8 +8,9 @@ Each round starts `inferd serve` from this tree and from the baseline (a
 compare_llama_server.py's quick decode workloads against each through
 `inferd bench`: a loaded host slows both alike, so compare round by round.
 Speculation is off unless the serve options say otherwise, so the figures are
-the plain decode steps'. Prints tok/s per round (8 streams: aggregate output;
-1 stream: 1000 / TPOT).
+the plain decode steps'. Prints per round: tok/s for decode-8 (aggregate
+output) and decode-1 (1000 / TPOT), the default; TTFT for prefill-1024 (mean)
+and shared-prefix (median).
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ from pathlib import Path
 
 import compare_llama_server as compare
 
-FIGURES = {"decode-8": lambda s: s["output_token_throughput"], "decode-1": lambda s: 1000 / s["tpot"]["mean_ms"]}
+# workload: (its figure from `inferd bench`'s summary, the unit)
+FIGURES = {
+    "decode-8": (lambda s: s["output_token_throughput"], "tok/s"),
+    "decode-1": (lambda s: 1000 / s["tpot"]["mean_ms"], "tok/s"),
+    "prefill-1024": (lambda s: s["ttft"]["mean_ms"], "ms TTFT"),
+    "shared-prefix": (lambda s: s["ttft"]["median_ms"], "ms median TTFT"),
+}
+DEFAULT_WORKLOADS = ["decode-8", "decode-1"]
 
 
 def serve(tree: Path, options: list[str]) -> compare.Server:
@@ -37,7 +45,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", required=True, type=Path, help="another checkout of inferd")
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--workloads", nargs="+", default=list(FIGURES), choices=list(FIGURES))
+    parser.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS, choices=list(FIGURES))
     parser.add_argument("serve_options", nargs="*", help="after --: passed to both servers")
     args = parser.parse_args()
     trees = {"this tree": Path(__file__).resolve().parent.parent, "baseline": args.baseline.resolve()}
@@ -50,11 +58,11 @@ def main() -> int:
             server.start()
             try:
                 for w in args.workloads:
-                    results[name][w].append(FIGURES[w](compare.bench(server, workloads[w], seed=r)))
+                    results[name][w].append(FIGURES[w][0](compare.bench(server, workloads[w], seed=r)))
             finally:
                 server.stop()
         print(f"round {r + 1}: " + "; ".join(f"{w} {results['this tree'][w][-1]:.1f} against "
-                                            f"{results['baseline'][w][-1]:.1f} tok/s" for w in args.workloads),
+                                            f"{results['baseline'][w][-1]:.1f} {FIGURES[w][1]}" for w in args.workloads),
               flush=True)
     return 0
 

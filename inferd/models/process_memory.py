@@ -10,9 +10,13 @@
   come and go.
   (torch's fused attention keeps kernels per length with no cap at all:
   `arch/attention.py` pads the lengths it sees instead.)
-- glibc raises its mmap threshold to the largest block freed so far; after
-  that, large temporaries (a prefill's activations) come from the heap and
-  fragment it. A fixed threshold maps them, and unmaps them when freed.
+- A step's temporaries (a prefill chunk's activations, the head's logits)
+  are megabytes each. Mapped afresh for every step, their pages faulted in
+  and were cleared every time: 28% of a prefill's CPU time. Fixed high
+  thresholds keep them in the heap, its pages mapped from step to step,
+  whatever the load has freed so far (glibc's own thresholds start low and
+  rise with it); what a burst leaves free goes back to the OS once the
+  engine falls idle (`release_freed_memory`), so the idle RSS stays flat.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ import os
 
 ONEDNN_PRIMITIVE_CACHE = 16
 PACKED_MATMUL_CACHE = 256
-MMAP_THRESHOLD_BYTES = 128 * 1024
-_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
+MMAP_THRESHOLD_BYTES = 32 << 20  # glibc's own ceiling for it
+TRIM_THRESHOLD_BYTES = 64 << 20
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
 
 
 def bound_process_memory() -> None:
@@ -31,14 +36,16 @@ def bound_process_memory() -> None:
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_PRIMITIVE_CACHE))
     os.environ.setdefault("LRU_CACHE_CAPACITY", str(PACKED_MATMUL_CACHE))
     try:
-        ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+        libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
     except (OSError, AttributeError):  # not glibc
         pass
 
 
 def release_freed_memory() -> None:
-    """Hand memory freed by load-time temporaries back to the OS (glibc keeps
-    freed mid-size blocks in its heap otherwise: ~0.7 GB after quantizing)."""
+    """Hand freed heap memory back to the OS: after loading (~0.7 GB of freed
+    blocks after quantizing) and whenever the engine falls idle."""
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
