@@ -29,15 +29,39 @@ static inline uint16_t rotated_value(float x, float partner, uint16_t cos, uint1
     return float_to_bf16(round_bf16(x * bf16_to_float(cos)) + round_bf16(partner * bf16_to_float(signed_sin)));
 }
 
+/* out[i] = rotated_value(n[i], partner[i], cos[i], signed_sin[i]) for i < len. */
+static void rotate_span(const float *n, const float *partner, const uint16_t *cos, const uint16_t *signed_sin,
+                        int64_t len, uint16_t *out) {
+    int64_t i = 0;
+#if VEC_LANES
+    for (; i + VEC_LANES <= len; i += VEC_LANES)
+        vf_store_bf16(out + i, vf_add(vf_round_bf16(vf_mul(vf_load(n + i), vf_load_bf16(cos + i))),
+                                      vf_round_bf16(vf_mul(vf_load(partner + i), vf_load_bf16(signed_sin + i)))));
+#endif
+    for (; i < len; i++) out[i] = rotated_value(n[i], partner[i], cos[i], signed_sin[i]);
+}
+
 static void rotate_head(const uint16_t *x, int64_t D, const float *weight, float eps, int scale_in_float,
                         const uint16_t *cos, const uint16_t *signed_sin, uint16_t *out) {
     float n[D];
-    float inv = weight ? inverse_rms(x, D, eps) : 0.0f;
-    for (int64_t d = 0; d < D; d++) n[d] = weight ? normed_value(bf16_to_float(x[d]), inv, weight[d], scale_in_float)
-                                                  : bf16_to_float(x[d]);
+    if (weight)
+        normed_row(x, D, inverse_rms(x, D, eps), weight, scale_in_float, n);
+    else
+        for (int64_t d = 0; d < D; d++) n[d] = bf16_to_float(x[d]);
     const int64_t half = D / 2;
-    for (int64_t d = 0; d < half; d++) out[d] = rotated_value(n[d], n[d + half], cos[d], signed_sin[d]);
-    for (int64_t d = half; d < D; d++) out[d] = rotated_value(n[d], n[d - half], cos[d], signed_sin[d]);
+    rotate_span(n, n + half, cos, signed_sin, half, out);
+    rotate_span(n + half, n, cos + half, signed_sin + half, D - half, out + half);
+}
+
+/* out[i] = n[i] * cos[i] + partner[i] * signed_sin[i] for i < len, each product rounded (no FMA). */
+static void rotate_float_span(const float *n, const float *partner, const float *cos, const float *signed_sin,
+                              int64_t len, float *out) {
+    int64_t i = 0;
+#if VEC_LANES
+    for (; i + VEC_LANES <= len; i += VEC_LANES)
+        vf_store(out + i, vf_add(vf_mul(vf_load(n + i), vf_load(cos + i)), vf_mul(vf_load(partner + i), vf_load(signed_sin + i))));
+#endif
+    for (; i < len; i++) out[i] = n[i] * cos[i] + partner[i] * signed_sin[i];
 }
 
 static void rotate_float_head(const float *x, int64_t D, const float *weight, float eps, const float *cos,
@@ -46,10 +70,8 @@ static void rotate_float_head(const float *x, int64_t D, const float *weight, fl
     float inv = weight ? inverse_rms_of(x, 1, D, eps) : 0.0f;
     for (int64_t d = 0; d < D; d++) n[d] = weight ? x[d] * inv * weight[d] : x[d];
     const int64_t half = D / 2;
-    for (int64_t d = 0; d < D; d++) {
-        const float partner = n[d < half ? d + half : d - half];
-        out[d] = n[d] * cos[d] + partner * signed_sin[d];
-    }
+    rotate_float_span(n, n + half, cos, signed_sin, half, out);
+    rotate_float_span(n + half, n, cos + half, signed_sin + half, D - half, out + half);
 }
 
 static void to_bf16(const float *x, int64_t n, uint16_t *out) {

@@ -15,6 +15,34 @@
 
 #include "rms_row.h"
 
+/* One bf16 row: out = [residual +] normed, rounded. */
+static void bf16_row(const uint16_t *x, int64_t D, float inv, const float *w, int scale_in_float,
+                     const uint16_t *residual, uint16_t *out) {
+    int64_t d = 0;
+#if VEC_LANES
+    for (; d + VEC_LANES <= D; d += VEC_LANES) {
+        vf y = vf_normed_value(vf_load_bf16(x + d), vf_set1(inv), vf_load(w + d), scale_in_float);
+        vf_store_bf16(out + d, residual ? vf_add(vf_load_bf16(residual + d), y) : y);
+    }
+#endif
+    for (; d < D; d++) {
+        float y = normed_value(bf16_to_float(x[d]), inv, w[d], scale_in_float);
+        out[d] = float_to_bf16(residual ? bf16_to_float(residual[d]) + y : y);
+    }
+}
+
+/* One float32 row: out = [residual +] x * inv * w, the residual added in the same rounding. */
+static void float_row(const float *x, int64_t D, float inv, const float *w, const float *residual, float *out) {
+    int64_t d = 0;
+#if VEC_LANES
+    for (; d + VEC_LANES <= D; d += VEC_LANES) {
+        const vf normed = vf_mul(vf_load(x + d), vf_set1(inv));
+        vf_store(out + d, residual ? vf_fmadd(normed, vf_load(w + d), vf_load(residual + d)) : vf_mul(normed, vf_load(w + d)));
+    }
+#endif
+    for (; d < D; d++) out[d] = residual ? fmaf(x[d] * inv, w[d], residual[d]) : x[d] * inv * w[d];
+}
+
 void inferd_rms_norm(const void *x, int64_t token_stride, int64_t T, int64_t W, int64_t D, const float *weight,
                      float eps, int scale_in_float, const void *residual, void *out, int is_float) {
 #pragma omp parallel for schedule(static) if (T * W * D > 65536)
@@ -22,17 +50,13 @@ void inferd_rms_norm(const void *x, int64_t token_stride, int64_t T, int64_t W, 
         const int64_t at = (r / W) * token_stride + (r % W) * D;
         const float *w = weight + (r % W) * D;
         if (is_float) {
-            const float *row = (const float *)x + at, *res = residual ? (const float *)residual + r * D : NULL;
-            float *y = (float *)out + r * D, inv = inverse_rms_of(row, 1, D, eps);
-            for (int64_t d = 0; d < D; d++) y[d] = res ? fmaf(row[d] * inv, w[d], res[d]) : row[d] * inv * w[d];
-            continue;
-        }
-        const uint16_t *row = (const uint16_t *)x + at;
-        float inv = inverse_rms(row, D, eps);
-        for (int64_t d = 0; d < D; d++) {
-            float y = normed_value(bf16_to_float(row[d]), inv, w[d], scale_in_float);
-            if (residual) y = bf16_to_float(((const uint16_t *)residual)[r * D + d]) + y;
-            ((uint16_t *)out)[r * D + d] = float_to_bf16(y);
+            const float *row = (const float *)x + at;
+            float_row(row, D, inverse_rms_of(row, 1, D, eps), w, residual ? (const float *)residual + r * D : NULL,
+                      (float *)out + r * D);
+        } else {
+            const uint16_t *row = (const uint16_t *)x + at;
+            bf16_row(row, D, inverse_rms(row, D, eps), w, scale_in_float,
+                     residual ? (const uint16_t *)residual + r * D : NULL, (uint16_t *)out + r * D);
         }
     }
 }

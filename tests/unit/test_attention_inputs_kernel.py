@@ -27,7 +27,7 @@ def builds():
             for name in isa.runnable()]
 
 
-def torch_path(qkv, weight, scale_in_float, rope):
+def torch_path(qkv, weight, scale_in_float, rope, D=D):
     qk = qkv[:, : (H + HKV) * D].view(-1, H + HKV, D)
     if weight is not None:
         qk = rms_norm(qk, weight, 1e-6, scale_in_float)
@@ -38,7 +38,8 @@ def torch_path(qkv, weight, scale_in_float, rope):
 @pytest.mark.parametrize("tokens", [1, 8, 40])
 @pytest.mark.parametrize("norm", ["gemma", "llama", None])
 @pytest.mark.parametrize("dtype", [BF16, torch.float32])
-def test_matches_the_torch_ops_exactly(build, tokens, norm, dtype):
+@pytest.mark.parametrize("D", [D, 80], ids=["D64", "D80"])  # 80: each half's last 8 past the vector lanes
+def test_matches_the_torch_ops_exactly(build, tokens, norm, dtype, D):
     generator = torch.Generator().manual_seed(tokens)
     qkv = (torch.randn(tokens, (H + 2 * HKV) * D, generator=generator) * 2).to(dtype)
     weight = None if norm is None else torch.randn(H + HKV, D, generator=generator) + 1
@@ -49,7 +50,7 @@ def test_matches_the_torch_ops_exactly(build, tokens, norm, dtype):
 
     got = native.attention_inputs(qkv, H, HKV, D, weight, 1e-6, norm == "gemma", *rope, k_cache, v_cache, slots,
                                   build and build())
-    want = torch_path(qkv, weight, norm == "gemma", rope)
+    want = torch_path(qkv, weight, norm == "gemma", rope, D)
     assert got.dtype == dtype and torch.equal(got, want)
     assert torch.equal(k_cache[slots], want[:, H:].to(BF16))
     assert torch.equal(v_cache[slots], qkv[:, (H + HKV) * D :].view(tokens, HKV, D).to(BF16))

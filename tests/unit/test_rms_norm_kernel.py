@@ -91,13 +91,16 @@ def test_float32_rows_match_the_torch_arithmetic_unrounded(scale_in_float, rows)
 
 
 @pytest.mark.parametrize("dtype", [BF16, torch.float32])
-def test_every_build_computes_the_same_bits(dtype):
+@pytest.mark.parametrize("scale_in_float", [True, False])
+@pytest.mark.parametrize("with_residual", [True, False])
+def test_every_build_computes_the_same_bits(dtype, scale_in_float, with_residual):
+    """Vector lanes and the scalar tail alike (266 = 16 lanes x 16 + 10)."""
     from inferd.kernels import isa
 
     generator = torch.Generator().manual_seed(3)
-    x, residual = (torch.randn(37, 4, 256, generator=generator).to(dtype) for _ in range(2))
-    weight = torch.randn(4, 256, generator=generator)
-    outs = {name: native_norm.rms_norm(x, weight, 1e-6, True, residual,
+    x, residual = (torch.randn(37, 4, 266, generator=generator).mul(4).to(dtype) for _ in range(2))
+    weight = torch.randn(4, 266, generator=generator)
+    outs = {name: native_norm.rms_norm(x, weight, 1e-6, scale_in_float, residual if with_residual else None,
                                        lib=native_norm.library(tuple(isa.march_flags(name))))
             for name in isa.runnable()}
     first = next(iter(outs.values()))
