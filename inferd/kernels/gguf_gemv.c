@@ -295,10 +295,11 @@ static int64_t row_bytes(int type, int64_t K) {
     }
 }
 
-/* Every output row for M activation rows (a constant once inlined), starting at activation row m0. */
+/* Every output row for M activation rows (a constant once inlined), starting at activation row m0;
+ * shared among the threads of a parallel region, as tile_products is. */
 INLINE void products(int type, const uint8_t *w, int64_t stride, int64_t N, const Acts *a, const int M,
                      const void *bias, int in_is_float, void *y, int64_t ldy, int y_is_float, int64_t m0) {
-#pragma omp parallel for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int64_t n = 0; n < N; n++) {
         const uint8_t *row = w + n * stride;
         float out[MAX_ROWS];
@@ -323,6 +324,34 @@ INLINE void products(int type, const uint8_t *w, int64_t stride, int64_t N, cons
 /* Parts held in tiles (gguf_tiles.h) carry this flag beside their type. */
 #define TILED 0x100
 
+/* Every part's share of the calling thread for one pass of `rows` activation rows. */
+static void all_parts(int parts, const int *types, const uint8_t *const *ws, const int64_t *rows_of, int64_t K,
+                      const Acts *a, int rows, const void *bias, int in_is_float, void *y, int64_t ldy, int y_is_float,
+                      int64_t m0) {
+    int64_t col = 0;
+    for (int p = 0; p < parts; p++) {
+        const int type = types[p] & ~TILED;
+        const int64_t N = rows_of[p], stride = row_bytes(type, K);
+        const void *b = !bias ? NULL : in_is_float ? (const void *)((const float *)bias + col)
+                                                     : (const void *)((const uint16_t *)bias + col);
+        void *out = y_is_float ? (void *)((float *)y + col) : (void *)((uint16_t *)y + col);
+#define CALL(R) (types[p] & TILED ? tile_products(type, ws[p], N, a, R, b, in_is_float, out, ldy, y_is_float, m0) \
+                                  : products(type, ws[p], stride, N, a, R, b, in_is_float, out, ldy, y_is_float, m0))
+        switch (rows) {
+        case 1: CALL(1); break;
+        case 2: CALL(2); break;
+        case 3: CALL(3); break;
+        case 4: CALL(4); break;
+        case 5: CALL(5); break;
+        case 6: CALL(6); break;
+        case 7: CALL(7); break;
+        default: CALL(8); break;
+        }
+#undef CALL
+        col += N;
+    }
+}
+
 /* y = x @ W.T where W is `parts` matrices stacked by rows (a fused projection
  * whose tensors may differ in format), each with its own type, bytes and row
  * count; the activations are quantized once for all of them.
@@ -346,28 +375,10 @@ int inferd_gguf_gemv(int parts, const int *types, const uint8_t *const *ws, cons
             free_rows(&a);
             return -1;
         }
-        int64_t col = 0;
-        for (int p = 0; p < parts; p++) {
-            const int type = types[p] & ~TILED;
-            const int64_t N = rows_of[p], stride = row_bytes(type, K);
-            const void *b = !bias ? NULL : in_is_float ? (const void *)((const float *)bias + col)
-                                                         : (const void *)((const uint16_t *)bias + col);
-            void *out = y_is_float ? (void *)((float *)y + col) : (void *)((uint16_t *)y + col);
-#define CALL(R) (types[p] & TILED ? tile_products(type, ws[p], N, &a, R, b, in_is_float, out, ldy, y_is_float, m0) \
-                                  : products(type, ws[p], stride, N, &a, R, b, in_is_float, out, ldy, y_is_float, m0))
-            switch (rows) {
-            case 1: CALL(1); break;
-            case 2: CALL(2); break;
-            case 3: CALL(3); break;
-            case 4: CALL(4); break;
-            case 5: CALL(5); break;
-            case 6: CALL(6); break;
-            case 7: CALL(7); break;
-            default: CALL(8); break;
-            }
-#undef CALL
-            col += N;
-        }
+        /* One parallel region for all the parts: a thread done with its share of one part starts
+         * on the next, and the threads meet once, at the region's end, not once a part. */
+#pragma omp parallel
+        all_parts(parts, types, ws, rows_of, K, &a, rows, bias, in_is_float, y, ldy, y_is_float, m0);
         free_rows(&a);
     }
     return 0;

@@ -264,14 +264,16 @@ static void tile_rows_portable(const int type, const uint8_t *tile, const Acts *
 static inline int tile_span_of(const int type) { return TILES_WIDE && is_k(type) ? 2 : 1; }
 
 /* Every output row of a tiled tensor of N rows for M activation rows (a constant once inlined),
- * a span of tiles at a time (an odd tensor's last span of two has its one tile twice). */
+ * a span of tiles at a time (an odd tensor's last span of two has its one tile twice). Called
+ * by every thread of a parallel region (inferd_gguf_gemv's), which share its spans and go on
+ * to the next tensor without waiting. */
 INLINE void tile_products(const int type, const uint8_t *w, const int64_t N, const Acts *a, const int M,
                           const void *bias, const int in_is_float, void *y, const int64_t ldy, const int y_is_float,
                           const int64_t row0) {
     const int64_t tiles = N / TILE, tile_bytes = TILE * inferd_gguf_tiled_row_bytes(type, a->K);
     const int width = tile_span_of(type);
     const int64_t spans = (tiles + width - 1) / width, chunk = work_chunk(spans);
-#pragma omp parallel for schedule(dynamic, chunk)
+#pragma omp for schedule(dynamic, chunk) nowait
     for (int64_t span = 0; span < spans; span++) {
         const int64_t t0 = span * width, next = t0 + 1 < tiles ? tile_bytes : 0;
         const uint8_t *tile = w + t0 * tile_bytes;
