@@ -156,7 +156,7 @@ class ModelRunner:
             while end < len(ctx) and _bucket(ctx[end]) == width:
                 end += 1
             lengths = torch.tensor(ctx[start:end])
-            group_tables = tables[start:end]
+            group_tables = torch.nn.utils.rnn.pad_sequence(tables[start:end], batch_first=True)  # [B, most blocks]
             full = self._gather_view(group_tables, lengths, torch.zeros_like(lengths), width)
             sliding = None
             if self.window is not None:
@@ -166,12 +166,13 @@ class ModelRunner:
             start = end
         return groups
 
-    def _gather_view(self, tables, lengths, starts, width) -> ContextView:
+    def _gather_view(self, tables: torch.Tensor, lengths, starts, width) -> ContextView:
+        """The slots and mask of B rows' context windows; `tables` [B, blocks], each row's table padded."""
         pos = starts[:, None] + torch.arange(width)[None, :]  # [B, width]
         bias = torch.zeros(pos.shape).masked_fill_(pos >= lengths[:, None], float("-inf"))
-        pos = torch.minimum(pos, (lengths - 1)[:, None])
-        slot_rows = [self._slots(t, p) for t, p in zip(tables, pos)]
-        return ContextView(slots=torch.stack(slot_rows).to(self.device), mask=bias[:, None, None, :].to(self.device))
+        pos = torch.minimum(pos, (lengths - 1)[:, None])  # within each row's own blocks, never the padding
+        slots = tables.gather(1, pos // self.block_size) * self.block_size + pos % self.block_size
+        return ContextView(slots=slots.to(self.device), mask=bias[:, None, None, :].to(self.device))
 
     def _prefill_span(self, row: int, start: int, n: int, table: torch.Tensor) -> PrefillSpan:
         length = start + n
