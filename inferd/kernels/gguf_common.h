@@ -18,8 +18,10 @@
 
 enum { Q4_0 = 2, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
 
-/* Activation rows quantized per group: q [M][K], d and sum (of q) [M][K/32],
- * and the sums per 16 inputs [M][K/16] (Q6_K's sub-blocks). */
+/* Activation rows quantized per group, group-major so that a group's rows lie
+ * together (a kernel reaches every row of a group from one pointer): q
+ * [K/32][M][32], d and sum (of q) [K/32][M], and the sums per 16 inputs
+ * [K/32][M][2] (Q6_K's sub-blocks). Read them through act_q and its kin. */
 typedef struct {
     int8_t *q;
     float *d;
@@ -97,21 +99,23 @@ static int quantize_rows(const void *x, int x_is_float, int M, int64_t K, Acts *
     a->sum = malloc((size_t)(M * a->groups) * sizeof(int32_t));
     a->sum16 = malloc((size_t)(2 * M * a->groups) * sizeof(int32_t));
     if (!a->q || !a->d || !a->sum || !a->sum16) return -1;
-    for (int64_t g = 0; g < M * a->groups; g++) {
+    for (int64_t g = 0; g < M * a->groups; g++) { /* g: row g / groups's group g % groups of x */
+        const int64_t at = (g % a->groups) * M + g / a->groups;
         int32_t half[2];
-        quantize_group(x, x_is_float, g, a->q + g * GROUP, &a->d[g], half);
-        a->sum[g] = half[0] + half[1];
-        a->sum16[2 * g] = half[0], a->sum16[2 * g + 1] = half[1];
+        quantize_group(x, x_is_float, g, a->q + at * GROUP, &a->d[at], half);
+        a->sum[at] = half[0] + half[1];
+        a->sum16[2 * at] = half[0], a->sum16[2 * at + 1] = half[1];
     }
     return 0;
 }
 
 static void free_rows(Acts *a) { free(a->q), free(a->d), free(a->sum), free(a->sum16); }
 
-static inline const int8_t *act_q(const Acts *a, int m, int64_t g) { return a->q + m * a->K + g * GROUP; }
-static inline float act_d(const Acts *a, int m, int64_t g) { return a->d[m * a->groups + g]; }
-static inline int32_t act_sum(const Acts *a, int m, int64_t g) { return a->sum[m * a->groups + g]; }
-static inline int32_t act_sum16(const Acts *a, int m, int64_t s) { return a->sum16[m * 2 * a->groups + s]; }
+static inline const int8_t *act_q(const Acts *a, int m, int64_t g) { return a->q + (g * a->M + m) * GROUP; }
+static inline float act_d(const Acts *a, int m, int64_t g) { return a->d[g * a->M + m]; }
+static inline int32_t act_sum(const Acts *a, int m, int64_t g) { return a->sum[g * a->M + m]; }
+/* Sub-block s (0 .. K/16-1) of row m: the half s % 2 of group s / 2. */
+static inline int32_t act_sum16(const Acts *a, int m, int64_t s) { return a->sum16[((s / 2) * a->M + m) * 2 + s % 2]; }
 
 /* Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes. */
 static inline void scale_min_k4(int j, const uint8_t *s, int *scale, int *min) {
