@@ -99,7 +99,7 @@ static int quantize_rows(const void *x, int x_is_float, int M, int64_t K, Acts *
     a->sum = malloc((size_t)(M * a->groups) * sizeof(int32_t));
     a->sum16 = malloc((size_t)(2 * M * a->groups) * sizeof(int32_t));
     if (!a->q || !a->d || !a->sum || !a->sum16) return -1;
-    for (int64_t g = 0; g < M * a->groups; g++) { /* g: row g / groups's group g % groups of x */
+    for (int64_t g = 0; g < M * a->groups; g++) { /* g counts x's groups row by row; `at` is g's place group-major */
         const int64_t at = (g % a->groups) * M + g / a->groups;
         int32_t half[2];
         quantize_group(x, x_is_float, g, a->q + at * GROUP, &a->d[at], half);
