@@ -244,22 +244,24 @@ INLINE void TK(tile_rows_q6k)(const uint8_t *tile, const int64_t next, const Act
                     first[m] = ti_set1_32(-32 * act_sum16(a, m0 + m, sub));
                     second[m] = ti_set1_32(-32 * act_sum16(a, m0 + m, sub + 1));
                 }
-                /* One row: a step at a time keeps the chains short; more rows: steps in pairs. */
-                for (int i = 0; M == 1 && i < 8; i++) {
-                    const tvi q = TK(q6k_chunk)(blk, next, h, c, i), x = TK(ti_bcast4)(act_q(a, m0, g) + 4 * i);
-                    if (i < 4)
-                        first[0] = TK(tile_dot)(first[0], q, x);
-                    else
-                        second[0] = TK(tile_dot)(second[0], q, x);
-                }
-                for (int i = 0; M > 1 && i < 8; i += 2) {
+                /* One row: a step at a time keeps the chains short; more rows: steps in pairs. The
+                 * two sub-blocks go in loops of their own: no branch picks the sums inside. */
+                for (int i = 0; M == 1 && i < 4; i++)
+                    first[0] = TK(tile_dot)(first[0], TK(q6k_chunk)(blk, next, h, c, i), TK(ti_bcast4)(act_q(a, m0, g) + 4 * i));
+                for (int i = 4; M == 1 && i < 8; i++)
+                    second[0] = TK(tile_dot)(second[0], TK(q6k_chunk)(blk, next, h, c, i), TK(ti_bcast4)(act_q(a, m0, g) + 4 * i));
+                for (int i = 0; M > 1 && i < 4; i += 2) {
                     const tvi q0 = TK(q6k_chunk)(blk, next, h, c, i), q1 = TK(q6k_chunk)(blk, next, h, c, i + 1);
                     for (int m = 0; m < M; m++) {
                         const int8_t *x = act_q(a, m0 + m, g) + 4 * i;
-                        if (i < 4)
-                            first[m] = TK(tile_dot2)(first[m], q0, TK(ti_bcast4)(x), q1, TK(ti_bcast4)(x + 4));
-                        else
-                            second[m] = TK(tile_dot2)(second[m], q0, TK(ti_bcast4)(x), q1, TK(ti_bcast4)(x + 4));
+                        first[m] = TK(tile_dot2)(first[m], q0, TK(ti_bcast4)(x), q1, TK(ti_bcast4)(x + 4));
+                    }
+                }
+                for (int i = 4; M > 1 && i < 8; i += 2) {
+                    const tvi q0 = TK(q6k_chunk)(blk, next, h, c, i), q1 = TK(q6k_chunk)(blk, next, h, c, i + 1);
+                    for (int m = 0; m < M; m++) {
+                        const int8_t *x = act_q(a, m0 + m, g) + 4 * i;
+                        second[m] = TK(tile_dot2)(second[m], q0, TK(ti_bcast4)(x), q1, TK(ti_bcast4)(x + 4));
                     }
                 }
                 const tvf s0 = tf_mul(d, TK(tf_bytes)(blk + 16 + 8 * (8 * h + 2 * c), next, 1)),
