@@ -65,8 +65,8 @@ def tiled(block_format: str, rows: int) -> bool:
 
 def tiled_row_bytes(block_format: str, in_features: int) -> int:
     """A row's bytes in tiles: the file's, but for Q4_K and Q5_K, whose 6-bit scales are unpacked
-    (148 bytes for 144, 180 for 176)."""
-    unpacked = {"Q4_K": 148, "Q5_K": 180}
+    (148 bytes for 144, 180 for 176), and Q6_K, whose 6-bit weights are (274 for 210)."""
+    unpacked = {"Q4_K": 148, "Q5_K": 180, "Q6_K": 274}
     if block_format in unpacked:
         return in_features // 256 * unpacked[block_format]
     return row_bytes(block_format, in_features)

@@ -223,12 +223,7 @@ INLINE void TK(tile_rows_q4k)(const int type, const uint8_t *tile, const int64_t
 
 /* Q6_K's chunk c (0..3) of one step: 4 weights of each row, 0..63. */
 static inline tvi TK(q6k_chunk)(const uint8_t *blk, int64_t next, int h, int c, int i) {
-    const tvi mask = ti_set1_8(0x0f), top = ti_set1_8(0x30);
-    const tvi ql = TK(ti_load)(blk + 144 + 512 * h + 256 * (c & 1) + 32 * i, next);
-    const tvi qh = TK(ti_load)(blk + 1168 + 256 * h + 32 * i, next);
-    const tvi low = c < 2 ? ti_and(ql, mask) : ti_and(ti_srli16(ql, 4), mask);
-    const tvi high = c == 0 ? ti_slli16(qh, 4) : c == 1 ? ti_slli16(qh, 2) : c == 2 ? qh : ti_srli16(qh, 2);
-    return ti_or(low, ti_and(high, top));
+    return TK(ti_load)(blk + Q6_VALUES + 256 * (4 * h + c) + 32 * i, next);
 }
 
 INLINE void TK(tile_rows_q6k)(const uint8_t *tile, const int64_t next, const Acts *a, const int m0, const int M, tvf *acc) {
