@@ -10,12 +10,15 @@ second. 2 threads, as the server's default on this machine.
 
 With `--baseline` (another checkout, e.g. a `git worktree` of an older
 commit) it times the tiles instead with the baseline's kernels against this
-tree's, alternating, on the same tiles, and checks that both give the same bits.
+tree's, alternating, and checks that both give the same bits. Each side tiles
+the same file rows with its own library, so a change of tile layout is
+measured as well as a change of kernel.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import time
 from pathlib import Path
 
@@ -78,6 +81,23 @@ def main() -> None:
     print("(us per product; the figure after each is GB/s of weights read)")
 
 
+def tiled_parts(lib, block_format: str, raw: torch.Tensor, k: int) -> gguf_gemv.Parts:
+    """`raw` in `lib`'s own tiles, which may be laid out otherwise than this tree's (Parts checks
+    a row's bytes against this tree's layout, so the fields are set here)."""
+    type_id = gguf_gemv.BLOCKS[block_format][0]
+    lib.inferd_gguf_tiled_row_bytes.argtypes, lib.inferd_gguf_tiled_row_bytes.restype = [ctypes.c_int, ctypes.c_int64], ctypes.c_int64
+    lib.inferd_gguf_to_tiles.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    tiles = torch.empty(raw.shape[0], lib.inferd_gguf_tiled_row_bytes(type_id, k), dtype=torch.uint8)
+    if lib.inferd_gguf_to_tiles(type_id, raw.data_ptr(), raw.shape[0], k, tiles.data_ptr()) != 0:
+        raise ValueError(f"{block_format} [{raw.shape[0]}, {k}] is not held in tiles")
+    parts = gguf_gemv.Parts.__new__(gguf_gemv.Parts)
+    parts.in_features, parts.out_features, parts.count, parts.raws = k, raw.shape[0], 1, [tiles]
+    parts.types = (ctypes.c_int * 1)(type_id | gguf_gemv._TILED)
+    parts.pointers = (ctypes.c_void_p * 1)(tiles.data_ptr())
+    parts.rows = (ctypes.c_int64 * 1)(raw.shape[0])
+    return parts
+
+
 def against_baseline(args) -> None:
     torch.set_num_threads(2)
     rng = np.random.default_rng(0)
@@ -87,16 +107,16 @@ def against_baseline(args) -> None:
         libs = {"baseline": gemv_library(args.baseline.resolve(), flags), "this tree": gguf_gemv.library(flags)}
         for block_format, n, k, label in SHAPES:
             copies = max(1, 300_000_000 // (n * gguf_gemv.row_bytes(block_format, k)))
-            tiled = [gguf_gemv.Parts([(block_format, gguf_gemv.to_tiles(block_format, random_rows(block_format, n, k, rng),
-                                                                        lib=libs["this tree"]))], k, [True])
-                     for _ in range(copies)]
+            raws = [random_rows(block_format, n, k, rng) for _ in range(copies)]
+            tiled = {side: [tiled_parts(lib, block_format, raw, k) for raw in raws] for side, lib in libs.items()}
             for rows in args.rows:
                 x = torch.randn(rows, k)
                 best = {side: float("inf") for side in libs}
                 for r in range(3):  # which side goes first alternates
                     for side in list(libs)[:: 1 if r % 2 == 0 else -1]:
-                        best[side] = min(best[side], fastest(x, tiled, libs[side]))
-                same = torch.equal(*(gguf_gemv.matmul(x, tiled[0], out_dtype=torch.float32, lib=lib) for lib in libs.values()))
+                        best[side] = min(best[side], fastest(x, tiled[side], libs[side]))
+                same = torch.equal(*(gguf_gemv.matmul(x, tiled[side][0], out_dtype=torch.float32, lib=lib)
+                                     for side, lib in libs.items()))
                 print(f"{name:<9}{label:<24}{block_format:<7}{rows:>5}{best['baseline'] * 1e6:>9.0f} us"
                       f"{best['this tree'] * 1e6:>9.0f} us{best['baseline'] / best['this tree']:>9.2f}x  {same}")
     print("(us per product: the fastest of 15 passes a side, in 3 rounds that alternate which side goes first)")
