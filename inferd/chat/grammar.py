@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 import llguidance
-import tokenizers
 import torch
 from llguidance.gbnf_to_lark import gbnf_to_lark
 
@@ -336,14 +335,8 @@ def _end_of_sequence_ids(tokenizer: Tokenizer) -> list[int]:
 
 
 def _llguidance_tokenizer(tokenizer: Tokenizer, vocab_size: int, eos_token_ids: list[int]) -> llguidance.LLTokenizer:
-    inner = tokenizer.inner
-    if inner.padding is not None or inner.truncation is not None:
-        # A serialized tokenizer keeps its padding and truncation; llguidance must see neither.
-        inner = tokenizers.Tokenizer.from_str(inner.to_str())
-        inner.no_padding()
-        inner.no_truncation()
     try:
-        return llguidance.LLTokenizer(inner.to_str(), n_vocab=vocab_size, eos_token=eos_token_ids)
+        return llguidance.LLTokenizer(tokenizer.backend.serialized(), n_vocab=vocab_size, eos_token=eos_token_ids)
     except (ValueError, RuntimeError) as error:
         raise GrammarSetupError(f"llguidance cannot use this model's tokenizer: {error}") from None
 

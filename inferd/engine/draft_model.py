@@ -23,8 +23,7 @@ from inferd.models.loader import LoadedModel
 
 def check_shared_tokenizer(draft: LoadedModel, target: LoadedModel) -> None:
     """Drafts are token ids: the two tokenizers must give every piece the same id."""
-    if draft.tokenizer.inner.get_vocab(with_added_tokens=True) != target.tokenizer.inner.get_vocab(
-            with_added_tokens=True):
+    if draft.tokenizer.backend.vocab() != target.tokenizer.backend.vocab():
         raise ValueError(f"--draft-model {draft.name} does not share {target.name}'s tokenizer (their vocabularies "
                          "differ); pick a draft model of the same family, tokenized the same way")
 

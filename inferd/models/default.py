@@ -7,7 +7,7 @@ import functools
 import json
 from pathlib import Path
 
-from inferd.models.tokenizer_cache import user_cache_dir, write_atomically
+from inferd.cache_files import user_cache_dir, write_atomically
 
 DEFAULT_MODEL_NAME = "gemma-3-270m"
 

@@ -24,16 +24,15 @@ _FIM_KEYS = (
 
 
 def load_gguf_tokenizer(model_file: Path) -> Tokenizer:
-    inner = load_cached_tokenizer(model_file)
-    if inner is not None:
+    backend = load_cached_tokenizer(model_file)
+    if backend is not None:
         # Only a rebuild needs the vocabulary's arrays; a cache hit steps over them.
         metadata = read_gguf_header(model_file).metadata
     else:
         metadata = GGUFFile(model_file, tensors=False).metadata
         log.info("building the tokenizer of %s from its GGUF vocabulary", model_file)
-        inner = build_tokenizer(GGUFVocab.from_metadata(metadata, str(model_file)))
-        store_tokenizer(model_file, inner)
-    vocab_size = inner.get_vocab_size(with_added_tokens=True)
+        backend = store_tokenizer(model_file, build_tokenizer(GGUFVocab.from_metadata(metadata, str(model_file))))
+    vocab_size = backend.size
 
     def token_id(key: str) -> int | None:
         return _valid_id(metadata, key, vocab_size)
@@ -45,7 +44,7 @@ def load_gguf_tokenizer(model_file: Path) -> Tokenizer:
             fim_tokens = FimTokens(*ids)
             break
     return Tokenizer(
-        inner,
+        backend,
         bos_token_id=token_id("tokenizer.ggml.bos_token_id"),
         eos_token_id=token_id("tokenizer.ggml.eos_token_id"),
         # llama.cpp adds BOS to SentencePiece vocabularies that do not say otherwise.

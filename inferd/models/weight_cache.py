@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from inferd.models.tokenizer_cache import directory_accepts_writes, user_cache_dir
+from inferd.cache_files import directory_accepts_writes, user_cache_dir
 
 log = logging.getLogger(__name__)
 

@@ -474,7 +474,7 @@ def bundled_tokenizer():
 def test_bundled_tokenizer_streams_its_own_encoding_back(bundled_tokenizer):
     tokenizer = bundled_tokenizer
     text = "Hello, world! Ünïcödé 你好世界 🦙😀 ok\n  indented\tdone"
-    ids = tokenizer.inner.encode(text, add_special_tokens=False).ids
+    ids = tokenizer.encode(text, add_special_tokens=False)
     detok = IncrementalDetokenizer(tokenizer, [])
     deltas = feed(detok, ids)
     tail = detok.flush()
@@ -485,8 +485,8 @@ def test_bundled_tokenizer_streams_its_own_encoding_back(bundled_tokenizer):
 
 def test_bundled_tokenizer_output_continues_the_prompt(bundled_tokenizer):
     tokenizer = bundled_tokenizer
-    prompt = tokenizer.inner.encode("The capital of France is", add_special_tokens=False).ids
-    output = tokenizer.inner.encode(" Paris. 😀 </stop> more", add_special_tokens=False).ids
+    prompt = tokenizer.encode("The capital of France is", add_special_tokens=False)
+    output = tokenizer.encode(" Paris. 😀 </stop> more", add_special_tokens=False)
     detok = IncrementalDetokenizer(tokenizer, prompt, stop=["</stop>"])
     deltas = feed(detok, output)
     assert "".join(texts(deltas)) == " Paris. 😀 "

@@ -613,7 +613,7 @@ def test_accepting_a_disallowed_token_is_a_grammar_error(byte_compiler, token):
 
 
 def test_a_tokenizer_without_eos_cannot_drive_constraints(byte_tokenizer):
-    no_eos = Tokenizer(byte_tokenizer.inner, bos_token_id=None, eos_token_id=None, add_bos=False, chat_template=None)
+    no_eos = Tokenizer(byte_tokenizer.backend, bos_token_id=None, eos_token_id=None, add_bos=False, chat_template=None)
     with pytest.raises(GrammarSetupError, match="no end-of-sequence token"):
         GrammarCompiler(no_eos, TINY_VOCAB)
 

@@ -26,7 +26,7 @@ def token_bytes(tokenizer: Tokenizer, token_id: int) -> bytes:
     text = tokenizer.decode([token_id], skip_special_tokens=False)
     if REPLACEMENT_CHAR not in text:
         return text.encode("utf-8")
-    spelling = tokenizer.inner.id_to_token(token_id) or ""
+    spelling = tokenizer.id_to_token(token_id) or ""
     fallback = _BYTE_FALLBACK.fullmatch(spelling)
     if fallback:
         return bytes([int(fallback[1], 16)])
