@@ -106,21 +106,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--baseline", type=Path, help="another inferd tree to start side by side")
+    parser.add_argument("--baseline-model", help="the model path the baseline serves: a link to the same file in "
+                                                 "another folder keeps the two trees' tokenizer caches apart where "
+                                                 "their formats differ (each would rebuild the other's on every start)")
     parser.add_argument("serve_args", nargs="*", help="options for inferd serve (after --)")
     args = parser.parse_args()
     serve_args = args.serve_args or ["--threads", "2", "--parallel", "8", "--ctx-size", "2048"]
     print(f"CPU: {cpu_features()}; load average {load_average()}", flush=True)
     trees = {"this tree": HERE}
+    argv = {"this tree": serve_args}
     if args.baseline:
         trees["baseline"] = args.baseline.resolve()
+        argv["baseline"] = serve_args + (["--model", args.baseline_model] if args.baseline_model else [])
     for name, tree in trees.items():  # caches written, pages warm
-        start_to_health(tree, serve_args)
+        start_to_health(tree, argv[name])
     times: dict[str, list[float]] = {name: [] for name in trees}
     cpus: dict[str, list[float]] = {name: [] for name in trees}
     for r in range(args.rounds):
         order = list(trees) if r % 2 == 0 else list(reversed(trees))
         for name in order:
-            seconds, cpu, load = start_to_health(trees[name], serve_args)
+            seconds, cpu, load = start_to_health(trees[name], argv[name])
             times[name].append(seconds)
             cpus[name].append(cpu)
             print(f"round {r + 1} {name:<10} {seconds:6.2f} s to /health, {cpu:5.2f} CPU s (model load {load}), "
