@@ -36,9 +36,10 @@ _DECODE_STEPS = [{"type": "Replace", "pattern": {"String": SPACE_MARK}, "content
 _STRIP_ONE_SPACE = {"type": "Strip", "content": " ", "start": 1, "stop": 0}
 
 
-def read_tables(hf: tokenizers.Tokenizer) -> tuple[BPETables, dict] | None:
-    """The tables and what the model says about its vocabulary, or None for another shape."""
-    data = json.loads(hf.to_str())
+def read_tables(hf: tokenizers.Tokenizer, data: dict | None = None) -> tuple[BPETables, dict] | None:
+    """The tables and what the model says about its vocabulary, or None for another shape.
+    `data`: the model's tokenizer.json, parsed, where the caller has it already."""
+    data = data if data is not None else json.loads(hf.to_str())
     model = data.get("model") or {}
     space_prefix = _space_prefix(data.get("normalizer"), data.get("decoder"))
     if (space_prefix is None or model.get("type") != "BPE" or data.get("pre_tokenizer") is not None
@@ -53,8 +54,11 @@ def read_tables(hf: tokenizers.Tokenizer) -> tuple[BPETables, dict] | None:
     unknown = model.get("unk_token")
     if unknown is not None and unknown not in vocab:
         return None
-    merges = np.array([(vocab[left], vocab[right], vocab[left + right]) for left, right in map(_halves, model["merges"])],
-                      dtype=np.int32).reshape(-1, 3)
+    lefts, rights = zip(*map(_halves, model["merges"])) if model["merges"] else ((), ())
+    merges = np.empty((len(lefts), 3), dtype=np.int32)
+    merges[:, 0] = [vocab[left] for left in lefts]
+    merges[:, 1] = [vocab[right] for right in rights]
+    merges[:, 2] = [vocab[left + right] for left, right in zip(lefts, rights)]
     size = hf.get_vocab_size(with_added_tokens=True)
     id_pieces = [hf.id_to_token(i) for i in range(size)]
     tables = BPETables(
@@ -82,11 +86,8 @@ def _space_prefix(normalizer: dict | None, decoder: dict | None) -> bool | None:
     return None
 
 
-def _halves(merge: str | list[str]) -> tuple[str, str]:
-    if isinstance(merge, str):
-        left, right = merge.split(" ", 1)
-        return left, right
-    return merge[0], merge[1]
+def _halves(merge: str | list[str]) -> tuple[str, str] | list[str]:
+    return merge.split(" ", 1) if isinstance(merge, str) else merge
 
 
 def agrees(native: NativeBPE, hf: tokenizers.Tokenizer, facts: dict, seed: int = 0) -> str | None:

@@ -54,8 +54,9 @@ def load_cached_tokenizer(model_file: Path) -> TokenizerBackend | None:
 def store_tokenizer(model_file: Path, tokenizer: tokenizers.Tokenizer) -> TokenizerBackend:
     """Save `tokenizer` (and native tables where they give its ids) in the first writable cache
     location; the backend to use from now on."""
-    text = _compact_merges(tokenizer.to_str())
-    tables = _checked_tables(tokenizer)
+    data = json.loads(tokenizer.to_str())
+    tables = _checked_tables(tokenizer, data)
+    text = _compact_merges(data)
     for cache_file in cache_locations(model_file):
         if not directory_accepts_writes(cache_file.parent):
             continue
@@ -77,10 +78,10 @@ def store_tokenizer(model_file: Path, tokenizer: tokenizers.Tokenizer) -> Tokeni
     return LibraryBackend(tokenizer)
 
 
-def _checked_tables(tokenizer: tokenizers.Tokenizer):
+def _checked_tables(tokenizer: tokenizers.Tokenizer, data: dict):
     """(tables, facts, native) where native tables give the tokenizer's own ids and text; else None."""
     lib = library()
-    read = sentencepiece_tables.read_tables(tokenizer) if lib is not None else None
+    read = sentencepiece_tables.read_tables(tokenizer, data) if lib is not None else None
     if read is None:
         return None
     native = NativeBPE(read[0], lib)
@@ -127,10 +128,9 @@ def _tables_path(cache_file: Path) -> Path:
     return cache_file.with_name(cache_file.name.removesuffix(".json") + ".npz")
 
 
-def _compact_merges(tokenizer_json: str) -> str:
-    """Write merges as "left right" strings when no piece holds a space: that form loads faster."""
-    data = json.loads(tokenizer_json)
+def _compact_merges(data: dict) -> str:
+    """tokenizer.json text, with merges as "left right" strings when no piece holds a space: that form loads faster."""
     merges = data.get("model", {}).get("merges")
     if merges and all(isinstance(m, list) and " " not in m[0] and " " not in m[1] for m in merges):
-        data["model"]["merges"] = [f"{left} {right}" for left, right in merges]
+        data = {**data, "model": {**data["model"], "merges": [f"{left} {right}" for left, right in merges]}}
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
