@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tokenizers import AddedToken, Tokenizer as HFTokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE
 
+from inferd.chat.grammar import GrammarCompiler, GrammarSpec
 from inferd.models import sentencepiece_tables, tokenizer_cache
 from inferd.models.sentencepiece_bpe import NativeBPE, library
 from inferd.models.tokenizer import InvalidTextError, load_tokenizer
@@ -215,7 +216,11 @@ def test_the_cache_keeps_tables_and_loads_them(spm_gguf):
     assert again.encode("ab c<tool>é") == first.encode("ab c<tool>é") == [1, 10, 8, 6, 9, 5, 6, 3, 4]
     # The "▁" put in front of the stretch after <tool> reads back as a space, as llama.cpp's does.
     assert again.decode(again.encode("ab c<tool>é")) == "ab c<tool> é"
-    assert json.loads(again.backend.serialized())["model"]["type"] == "BPE"  # what constrained decoding reads
+    assert json.loads(again.backend.serialized())["model"]["type"] == "BPE"
+    # Constrained decoding reads that tokenizer.json: a grammar over the native backend's tokenizer.
+    constraint = GrammarCompiler(again, again.vocab_size).constraint(GrammarSpec("regex", "ab"))
+    constraint.accept(11)  # "ab"
+    assert constraint.error is None and constraint.finished
 
 
 @needs_native
