@@ -108,7 +108,9 @@ class SentencePieceBackend:
 
     def __init__(self, tables: BPETables, facts: dict, native: NativeBPE, json_file: Path):
         self._native = native
-        self._tables = tables
+        # What `vocab()` reads; the merges stay only in the native tables.
+        self._vocab, self._vocab_ids = tables.vocab, tables.vocab_ids
+        self._added, self._added_ids = tables.added, tables.added_ids
         self._pieces = tables.id_pieces.data.tobytes()
         self._offsets = tables.id_pieces.offsets
         self._present = tables.id_present
@@ -136,9 +138,8 @@ class SentencePieceBackend:
         return self._native.piece_id(piece)
 
     def vocab(self) -> dict[str, int]:
-        tables = self._tables
-        vocab = dict(zip(tables.vocab.strings(), tables.vocab_ids.tolist()))
-        vocab.update(zip(tables.added.strings(), tables.added_ids.tolist()))  # as the added tokens say
+        vocab = dict(zip(self._vocab.strings(), self._vocab_ids.tolist()))
+        vocab.update(zip(self._added.strings(), self._added_ids.tolist()))  # as the added tokens say
         return vocab
 
     def serialized(self) -> str:
