@@ -121,5 +121,5 @@ class NativeBPE:
         return None if token_id < 0 else token_id
 
 
-def _ptr(array: np.ndarray) -> int:
-    return array.ctypes.data
+def _ptr(values: np.ndarray) -> int:
+    return values.ctypes.data

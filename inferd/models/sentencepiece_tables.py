@@ -148,4 +148,18 @@ def load_tables(path: Path) -> tuple[BPETables, dict] | None:
     except (KeyError, ValueError) as error:
         log.warning("ignoring unreadable tokenizer tables %s: %s", path, error)
         return None
+    if not _consistent(tables, size):
+        log.warning("ignoring damaged tokenizer tables %s", path)
+        return None
     return tables, {"size": size, "special_ids": a["special_ids"].tolist(), "max_token_chars": max_chars}
+
+
+def _consistent(t: BPETables, size: int) -> bool:
+    """Whether every length and offset the native code reads by stays inside its array."""
+    lists_fit = all(p.data.dtype == np.uint8 and p.offsets.dtype == np.int64 and p.offsets.ndim == 1
+                    and len(p.offsets) > 0 and p.offsets[0] == 0 and p.offsets[-1] == len(p.data)
+                    and bool(np.all(np.diff(p.offsets) >= 0)) for p in (t.vocab, t.added, t.id_pieces))
+    return (lists_fit and t.vocab_ids.dtype == t.added_ids.dtype == t.merges.dtype == np.int32
+            and t.merges.ndim == 2 and t.merges.shape[1] == 3 and t.id_present.dtype == np.uint8
+            and len(t.vocab_ids) == len(t.vocab.offsets) - 1 and len(t.added_ids) == len(t.added.offsets) - 1
+            and len(t.id_present) == len(t.id_pieces.offsets) - 1 == size)

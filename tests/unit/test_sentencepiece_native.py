@@ -234,6 +234,16 @@ def test_damaged_tables_are_rebuilt(spm_gguf, caplog):
     assert tables.stat().st_size > 100  # written again
 
 
+@needs_native
+def test_tables_whose_lengths_disagree_are_not_used(spm_gguf, tmp_path):
+    load_tokenizer(spm_gguf)
+    path = spm_gguf.with_name("spm.gguf.tokenizer.npz")
+    tables, facts = sentencepiece_tables.load_tables(path)
+    short = type(tables)(**{**tables.__dict__, "vocab_ids": tables.vocab_ids[:-1]})
+    sentencepiece_tables.save_tables(tmp_path / "short.npz", short, facts)
+    assert sentencepiece_tables.load_tables(tmp_path / "short.npz") is None
+
+
 def test_without_native_code_the_library_tokenizes(spm_gguf, monkeypatch):
     monkeypatch.setenv("INFERD_NATIVE_KERNELS", "0")
     library.cache_clear()
