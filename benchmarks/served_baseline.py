@@ -10,7 +10,7 @@ compare_llama_server.py's quick decode workloads against each through
 Speculation is off unless the serve options say otherwise, so the figures are
 the plain decode steps'. Prints per round: tok/s for decode-8 (aggregate
 output) and decode-1 (1000 / TPOT), the default; TTFT for prefill-1024 (mean)
-and shared-prefix (median).
+and shared-prefix (median); and each server's peak RSS after its workloads.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ def main() -> int:
     trees = {"this tree": Path(__file__).resolve().parent.parent, "baseline": args.baseline.resolve()}
     workloads = {w.name: w for w in compare.workloads(quick=True)}
     results: dict[str, dict[str, list[float]]] = {name: {w: [] for w in args.workloads} for name in trees}
+    peak_rss: dict[str, list[float]] = {name: [] for name in trees}
     for r in range(args.rounds):
         order = list(trees.items()) if r % 2 == 0 else list(trees.items())[::-1]
         for name, tree in order:
@@ -59,11 +60,12 @@ def main() -> int:
             try:
                 for w in args.workloads:
                     results[name][w].append(FIGURES[w][0](compare.bench(server, workloads[w], seed=r)))
+                peak_rss[name].append(server.peak_rss_mb())
             finally:
                 server.stop()
         print(f"round {r + 1}: " + "; ".join(f"{w} {results['this tree'][w][-1]:.1f} against "
-                                            f"{results['baseline'][w][-1]:.1f} {FIGURES[w][1]}" for w in args.workloads),
-              flush=True)
+                                            f"{results['baseline'][w][-1]:.1f} {FIGURES[w][1]}" for w in args.workloads)
+              + f"; peak RSS {peak_rss['this tree'][-1]:.0f} against {peak_rss['baseline'][-1]:.0f} MB", flush=True)
     return 0
 
 

@@ -30,11 +30,11 @@ FORMATS = tuple(gguf_gemv.BLOCKS)
 # copy is never read and its pages never loaded.
 LAYER_DENSE_FROM = 5
 HEAD_DENSE_FROM = 2 * gguf_gemv.MAX_ROWS + 1
-# In float32 (a CPU without native bf16) a dense copy is twice the bytes and
-# the head's would be the whole tied embedding in float32 (670 MB for the
-# bundled model): the head keeps none, and the layers go dense only past what
-# one pass of the kernel takes (untuned: no such CPU to measure on yet).
-FLOAT32_LAYER_DENSE_FROM = gguf_gemv.MAX_ROWS + 1
+# In float32 (a CPU without native bf16) nothing keeps a dense copy: the
+# kernel's integer products beat float32 GEMM even on a prefill chunk (AVX2:
+# a 512-row chunk of the bundled model's layers as fast or faster, see
+# BENCHMARKS.md), and the copies would be twice the bf16 bytes (380 MB for
+# the bundled model's layers, 670 MB for its tied head).
 _FUSED_PARTS = {"qkv_proj": 3, "gate_up_proj": 2}
 
 
@@ -60,7 +60,7 @@ def use_file_blocks(model: CausalLM, formats: dict[str, tuple[str, int]], raws: 
         parts = [(formats[name], name) for _, name in sorted(members)]
         if not all(gguf_gemv.supports(block_format, linear.in_features) for (block_format, _), _ in parts):
             continue
-        dense_from = FLOAT32_LAYER_DENSE_FROM if dtype == torch.float32 else LAYER_DENSE_FROM
+        dense_from = None if dtype == torch.float32 else LAYER_DENSE_FROM
         _swap(model, path, _layer(linear.weight, linear.bias, parts, raws, dtype, dense_from))
 
     head_names = [name for name in formats if normalize_name(name) == head_name]
@@ -90,7 +90,7 @@ def _only_file_blocks(module: nn.Module) -> bool:
 
 
 def _layer(weight: torch.Tensor, bias: torch.Tensor | None, parts: list[tuple[tuple[str, int], str]],
-           raws: dict[str, torch.Tensor] | None, dtype: torch.dtype, dense_from: int) -> GGUFLinear:
+           raws: dict[str, torch.Tensor] | None, dtype: torch.dtype, dense_from: int | None) -> GGUFLinear:
     if raws is None:
         with torch.device("meta"):
             return GGUFLinear(weight.shape[1], [(block_format, rows) for (block_format, rows), _ in parts], dtype,

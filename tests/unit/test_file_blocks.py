@@ -126,24 +126,25 @@ def test_gguf_files_default_to_their_own_blocks_and_other_models_to_bf16(tmp_pat
         uses_file_blocks("gguf", path, torch.float16, cpu)
 
 
-def test_float32_layers_compute_the_files_values_and_the_head_keeps_no_dense_copy(tmp_path):
-    """Where the engine computes in float32 (no native bf16), decode rows still
-    read the file's blocks, from float32 activations; many rows use the dense
-    float32 weights; the head, whose dense copy would be the whole embedding
-    in float32, computes every row from its blocks."""
+def test_float32_models_keep_no_dense_copies_and_compute_every_row_from_the_blocks(tmp_path):
+    """Where the engine computes in float32 (no native bf16), nothing keeps a
+    dense copy: decode rows and prefill chunks alike read the file's blocks,
+    from float32 activations, and a row's result is the one it gets alone."""
     path = written(tmp_path, "gemma3")
     dense = {name: tensor.double() for name, tensor in iter_gguf_tensors(path, torch.float32)}
-    net, plain = loaded(path, blocks=True, dtype=torch.float32), loaded(path, blocks=False, dtype=torch.float32)
+    net = loaded(path, blocks=True, dtype=torch.float32)
     layer = net.layers[0].self_attn.o_proj
-    assert isinstance(layer, GGUFLinear) and layer.dense.dtype == torch.float32
+    assert isinstance(layer, GGUFLinear) and layer.dense is None and layer.dense_from_rows is None
     assert net.fast_head.dense is None and net.fast_head.kernel_out_dtype == torch.float32
-    x = torch.randn(3, layer.in_features, generator=torch.Generator().manual_seed(1))
+    assert not any(name.endswith("dense") for name, _ in net.named_buffers())
     weight = dense["model.layers.0.self_attn.o_proj.weight"]
-    got = layer(x)
-    assert got.dtype == torch.float32
-    assert torch.all((got.double() - quantized(x) @ weight.T).abs() <= quantized(x).abs() @ weight.abs().T * 1e-5 + 1e-6)
-    many = torch.randn(gguf_gemv.MAX_ROWS + 1, layer.in_features)
-    assert torch.equal(layer(many), plain.layers[0].self_attn.o_proj(many))
+    for count in (3, 2 * gguf_gemv.MAX_ROWS + 3):  # a decode step's rows; a prefill chunk's, with a last short pass
+        x = torch.randn(count, layer.in_features, generator=torch.Generator().manual_seed(count))
+        got = layer(x)
+        assert got.dtype == torch.float32
+        assert torch.all((got.double() - quantized(x) @ weight.T).abs()
+                         <= quantized(x).abs() @ weight.abs().T * 1e-5 + 1e-6)
+        assert torch.equal(got, torch.cat([layer(row[None]) for row in x]))
     rows = torch.randn(12, net.fast_head.in_features, generator=torch.Generator().manual_seed(2))
     head = dense["model.embed_tokens.weight"]
     assert torch.all((net.fast_head(rows).double() - quantized(rows) @ head.T).abs()

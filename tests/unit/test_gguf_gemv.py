@@ -134,11 +134,12 @@ def test_every_build_gives_the_same_products_up_to_summation_order():
 @pytest.mark.parametrize("block_format", gguf_gemv.TILE_FORMATS)
 def test_tiles_give_every_build_the_same_bits_and_a_row_the_same_bits_alone_or_in_a_batch(block_format):
     """Integer sums and the same float operations on every path: a greedy
-    decode does not change with the build, nor a row with the rows beside it."""
+    decode does not change with the build, nor a row with the rows beside it,
+    a prefill chunk's many included (passes of MAX_ROWS, the last one short)."""
     raw, _ = file_rows(block_format, 24, 512, seed=12)
     tiles = gguf_gemv.to_tiles(block_format, torch.from_numpy(raw))
     parts = gguf_gemv.Parts([(block_format, tiles)], 512, [True])
-    x = torch.randn(11, 512, generator=torch.Generator().manual_seed(13))
+    x = torch.randn(4 * gguf_gemv.MAX_ROWS + 3, 512, generator=torch.Generator().manual_seed(13))
     builds = {name: tuple(isa.march_flags(name)) for name in isa.runnable()}
     if "avx_vnni" in isa.cpu_flags():  # AVX2 with AVX-VNNI's 256-bit dot products, as Alder Lake has
         builds["avx2+avx-vnni"] = ("-march=x86-64-v3", "-mavxvnni")
@@ -147,7 +148,7 @@ def test_tiles_give_every_build_the_same_bits_and_a_row_the_same_bits_alone_or_i
     first = next(iter(results.values()))
     for name, result in results.items():
         assert torch.equal(result, first), f"{name} differs"
-    for row in (0, 5, 10):
+    for row in (0, 5, 10, 21, len(x) - 1):
         assert torch.equal(gguf_gemv.matmul(x[row:row + 1], parts, out_dtype=torch.float32)[0], first[row])
 
 
