@@ -17,25 +17,48 @@ from inferd.arch.base import FUSED, CausalLM, normalize_name
 from inferd.arch.gguf_linear import GGUFLinear
 from inferd.arch.packed_linear import PackedLinear
 from inferd.arch.quantized_linear import QuantizedLinear
-from inferd.kernels import gguf_gemv
+from inferd.kernels import gguf_gemv, isa
 
 FORMATS = tuple(gguf_gemv.BLOCKS)
-# Rows from which the dense weight is faster than the file's blocks in tiles.
-# Measured on whole decode steps of the bundled model, 2-core AVX-512 BF16
-# CPU: see BENCHMARKS.md ("Tiles"). A step that only decodes takes the tiles
-# up to 8 rows whatever this says (arch/fused_decode.py: without the Python
-# between its kernels they beat the dense weight there); this decides for
-# the modules, prefill chunks included. The head's tiles beat its dense bf16 copy
-# (twice the bytes) up to two passes of the kernel, so at --parallel 8 that
-# copy is never read and its pages never loaded.
+# Rows from which a dense copy is faster than the file's blocks in tiles, where
+# the model keeps one (`keeps_dense_copies`). Measured on whole decode steps of
+# the bundled model, 2-core AVX-512 CPU with AMX: see BENCHMARKS.md ("Tiles").
+# A step that only decodes takes the tiles up to 8 rows whatever this says
+# (arch/fused_decode.py: without the Python between its kernels they beat the
+# dense weight there); this decides for the modules, prefill chunks included.
+# The head's tiles beat its dense bf16 copy (twice the bytes) up to two passes
+# of the kernel, so at --parallel 8 that copy is never read and its pages
+# never loaded.
 LAYER_DENSE_FROM = 5
 HEAD_DENSE_FROM = 2 * gguf_gemv.MAX_ROWS + 1
-# In float32 (a CPU without native bf16) nothing keeps a dense copy: the
-# kernel's integer products beat float32 GEMM even on a prefill chunk (AVX2:
-# a 512-row chunk of the bundled model's layers as fast or faster, see
-# BENCHMARKS.md), and the copies would be twice the bf16 bytes (380 MB for
-# the bundled model's layers, 670 MB for its tied head).
+# The portable build (no vector path) keeps float32 copies of the layers past
+# one pass of its scalar kernel; a float32 head's would be the whole tied
+# embedding in float32 (670 MB for the bundled model).
+FLOAT32_LAYER_DENSE_FROM = gguf_gemv.MAX_ROWS + 1
 _FUSED_PARTS = {"qkv_proj": 3, "gate_up_proj": 2}
+
+
+def keeps_dense_copies(dtype: torch.dtype) -> bool:
+    """Whether the projections keep a dense copy in `dtype` for many rows (a
+    prefill chunk). Only bf16 on AMX tiles computes a chunk faster than the
+    integer products over the file's blocks (1.8x, bundled model, 2 cores);
+    without AMX the products win (AVX-512 BF16: 1.5-1.7x; float32 on AVX2:
+    as fast or faster), and the copy only costs memory. The portable build,
+    whose products are scalar C, keeps one too. BENCHMARKS.md, session 14."""
+    return not gguf_gemv.vectorized() or (dtype == torch.bfloat16 and isa.amx_bf16())
+
+
+def blocks_label(dtype: torch.dtype) -> str:
+    """Names what `use_file_blocks` builds here, for the weight cache."""
+    return f"gguf-tiles-{dtype}{'' if keeps_dense_copies(dtype) else '-blocks-only'}"
+
+
+def _dense_from(dtype: torch.dtype, head: bool) -> int | None:
+    if not keeps_dense_copies(dtype):
+        return None
+    if dtype == torch.float32:
+        return None if head else FLOAT32_LAYER_DENSE_FROM
+    return HEAD_DENSE_FROM if head else LAYER_DENSE_FROM
 
 
 def use_file_blocks(model: CausalLM, formats: dict[str, tuple[str, int]], raws: dict[str, torch.Tensor] | None,
@@ -60,14 +83,13 @@ def use_file_blocks(model: CausalLM, formats: dict[str, tuple[str, int]], raws: 
         parts = [(formats[name], name) for _, name in sorted(members)]
         if not all(gguf_gemv.supports(block_format, linear.in_features) for (block_format, _), _ in parts):
             continue
-        dense_from = None if dtype == torch.float32 else LAYER_DENSE_FROM
-        _swap(model, path, _layer(linear.weight, linear.bias, parts, raws, dtype, dense_from))
+        _swap(model, path, _layer(linear.weight, linear.bias, parts, raws, dtype, _dense_from(dtype, head=False)))
 
     head_names = [name for name in formats if normalize_name(name) == head_name]
     head = model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
     if head_names and gguf_gemv.supports(formats[head_names[0]][0], head.shape[1]):
-        dense_from = None if dtype == torch.float32 else HEAD_DENSE_FROM
-        model.fast_head = _layer(head, None, [(formats[head_names[0]], head_names[0])], raws, dtype, dense_from)
+        model.fast_head = _layer(head, None, [(formats[head_names[0]], head_names[0])], raws, dtype,
+                                 _dense_from(dtype, head=True))
         model.fast_head.kernel_out_dtype = torch.float32  # logits: no bf16 rounding, no conversion after
         model.lm_head = None
 

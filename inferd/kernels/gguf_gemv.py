@@ -48,6 +48,12 @@ def available() -> bool:
     return library() is not None
 
 
+def vectorized() -> bool:
+    """The build in use has a vector path (AVX2 or better); the portable one sums in scalar C."""
+    lib = library()
+    return lib is not None and bool(lib.inferd_gguf_gemv_vectorized())
+
+
 def supports(block_format: str, in_features: int) -> bool:
     """The kernel computes this format at this width."""
     return block_format in BLOCKS and in_features % BLOCKS[block_format][1] == 0

@@ -71,6 +71,16 @@ def native_bf16(flags: frozenset[str] | None = None) -> bool:
     return bool(flags & NATIVE_BF16_FLAGS) and selected() == runnable()[0]
 
 
+def amx_bf16(flags: frozenset[str] | None = None) -> bool:
+    """Whether bf16 matrix products run on AMX tiles: the CPU has them, the
+    build in use is its own, and oneDNN is not held below them
+    (ONEDNN_MAX_CPU_ISA, which can make this machine stand for one without)."""
+    flags = cpu_flags() if flags is None else flags
+    held = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    return ("amx_bf16" in flags and selected() == runnable()[0]
+            and (held in ("", "ALL", "DEFAULT") or "AMX" in held))
+
+
 def march_flags(isa: str) -> list[str]:
     """The compiler flags of one build: the CPU's own for its best, so
     extensions beyond the named set (VNNI, AMX, AVX-VNNI) are used too."""

@@ -13,7 +13,7 @@ import torch
 
 from inferd.arch import build_model
 from inferd.arch.base import CausalLM
-from inferd.arch.file_blocks import FORMATS, use_file_blocks
+from inferd.arch.file_blocks import FORMATS, blocks_label, use_file_blocks
 from inferd.arch.quantize import pack_for_cpu, quantize_model, resolve_weights, uses_file_blocks, weights_label
 from inferd.kernels import isa
 from inferd.kernels import prepare as prepare_kernels
@@ -83,7 +83,7 @@ def load_model(model: str | None = None, dtype: str = "auto", device: str = "aut
     net = build_model(config)
     # Cached: dequantizing a GGUF, and quantizing; safetensors in the engine dtype load fast as they are.
     cached = torch_device.type == "cpu" and (path.is_file() or quantization is not None)
-    label = f"gguf-tiles-{torch_dtype}" if file_blocks else weights_label(quantization, torch_dtype)
+    label = blocks_label(torch_dtype) if file_blocks else weights_label(quantization, torch_dtype)
     cache_file = weight_cache_file(path, label) if cached else None
     block_formats = _block_formats(path) if file_blocks else None
     # Mapped, not read: pages come in as used, and most of the embedding never is (see map_embedding).

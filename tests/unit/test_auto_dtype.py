@@ -48,6 +48,20 @@ def test_a_lower_build_stands_for_the_cpus_it_is_built_for(cpu, caplog):
     assert resolve_dtype("auto", torch.device("cpu")) == torch.bfloat16
 
 
+def test_amx_counts_where_the_cpu_has_it_and_neither_the_build_nor_onednn_is_held_below_it(cpu, monkeypatch):
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    cpu(SAPPHIRE_RAPIDS)
+    assert isa.amx_bf16()
+    for held, amx in (("AVX512_CORE_AMX", True), ("ALL", True), ("AVX512_CORE_BF16", False), ("AVX2", False)):
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", held)
+        assert isa.amx_bf16() is amx, held
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    cpu(SAPPHIRE_RAPIDS, "avx2")  # stands for a CPU without AMX
+    assert not isa.amx_bf16()
+    cpu(COOPER_LAKE)  # AVX-512 BF16, no tiles
+    assert not isa.amx_bf16()
+
+
 def test_arm_with_bf16_and_without(monkeypatch):
     monkeypatch.setattr(isa.platform, "machine", lambda: "aarch64")
     monkeypatch.delenv("INFERD_ISA", raising=False)

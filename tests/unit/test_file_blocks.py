@@ -17,7 +17,8 @@ from gguf_models import MODELS, hf_pieces, write_gguf
 from torch import nn
 
 from inferd.arch import build_model
-from inferd.arch.file_blocks import FORMATS, HEAD_DENSE_FROM, LAYER_DENSE_FROM, use_file_blocks
+from inferd.arch.file_blocks import (FORMATS, HEAD_DENSE_FROM, LAYER_DENSE_FROM, blocks_label, keeps_dense_copies,
+                                     use_file_blocks)
 from inferd.arch.quantize import uses_file_blocks
 from inferd.arch.gguf_linear import GGUFLinear
 from inferd.kernels import gguf_gemv, isa
@@ -55,10 +56,11 @@ def loaded(path, blocks: bool, dtype: torch.dtype = torch.bfloat16) -> nn.Module
 
 
 def quantized(x: torch.Tensor) -> torch.Tensor:
-    """x as the kernels see it: int8 per group of 32 (see test_gguf_gemv)."""
-    v = x.double().reshape(x.shape[0], -1, 32)
-    d = (v.abs().amax(dim=2, keepdim=True).float() / 127).double()
-    return (torch.round(v / torch.where(d > 0, d, 1)) * d).reshape(x.shape)
+    """x as the kernels see it: int8 per group of 32, in their float32 steps (see test_gguf_gemv)."""
+    v = x.float().reshape(x.shape[0], -1, 32)
+    d = v.abs().amax(dim=2, keepdim=True) / 127
+    inv = torch.where(d > 0, 1 / torch.where(d > 0, d, 1), 0)
+    return (torch.round(v * inv).double() * d.double()).reshape(x.shape)
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen2"])
@@ -93,7 +95,25 @@ def test_every_quantized_projection_computes_the_files_values(tmp_path, arch):
         assert torch.all((got - want).abs() <= bound), name
 
 
-def test_many_rows_use_the_dense_weights(tmp_path):
+@pytest.fixture
+def amx(monkeypatch):
+    """Pretend bf16 matrix products run on AMX tiles, or not."""
+    return lambda present: monkeypatch.setattr(isa, "amx_bf16", lambda flags=None: present)
+
+
+def test_only_bf16_on_amx_and_the_portable_build_keep_dense_copies(amx, monkeypatch):
+    for present, vector, want in ((True, True, {torch.bfloat16}), (False, True, set()),
+                                  (True, False, {torch.bfloat16, torch.float32}),
+                                  (False, False, {torch.bfloat16, torch.float32})):
+        amx(present)
+        monkeypatch.setattr(gguf_gemv, "vectorized", lambda: vector)
+        assert {d for d in (torch.bfloat16, torch.float32) if keeps_dense_copies(d)} == want, (present, vector)
+        assert {d for d in (torch.bfloat16, torch.float32)
+                if not blocks_label(d).endswith("-blocks-only")} == want  # a cache entry of its own
+
+
+def test_many_rows_use_the_dense_weights_where_amx_keeps_them(tmp_path, amx):
+    amx(True)
     path = written(tmp_path, "gemma3")
     with_blocks, plain = loaded(path, blocks=True), loaded(path, blocks=False)
     x = torch.randn(max(LAYER_DENSE_FROM, HEAD_DENSE_FROM), 64).to(torch.bfloat16)
@@ -126,26 +146,30 @@ def test_gguf_files_default_to_their_own_blocks_and_other_models_to_bf16(tmp_pat
         uses_file_blocks("gguf", path, torch.float16, cpu)
 
 
-def test_float32_models_keep_no_dense_copies_and_compute_every_row_from_the_blocks(tmp_path):
-    """Where the engine computes in float32 (no native bf16), nothing keeps a
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_without_amx_no_dense_copies_and_every_row_from_the_blocks(tmp_path, amx, dtype):
+    """In float32 (no native bf16) and in bf16 without AMX nothing keeps a
     dense copy: decode rows and prefill chunks alike read the file's blocks,
-    from float32 activations, and a row's result is the one it gets alone."""
+    and a row's result is the one it gets alone."""
+    if not gguf_gemv.vectorized():
+        pytest.skip("the portable build keeps dense copies")
+    amx(False)
     path = written(tmp_path, "gemma3")
     dense = {name: tensor.double() for name, tensor in iter_gguf_tensors(path, torch.float32)}
-    net = loaded(path, blocks=True, dtype=torch.float32)
+    net = loaded(path, blocks=True, dtype=dtype)
     layer = net.layers[0].self_attn.o_proj
     assert isinstance(layer, GGUFLinear) and layer.dense is None and layer.dense_from_rows is None
     assert net.fast_head.dense is None and net.fast_head.kernel_out_dtype == torch.float32
     assert not any(name.endswith("dense") for name, _ in net.named_buffers())
     weight = dense["model.layers.0.self_attn.o_proj.weight"]
     for count in (3, 2 * gguf_gemv.MAX_ROWS + 3):  # a decode step's rows; a prefill chunk's, with a last short pass
-        x = torch.randn(count, layer.in_features, generator=torch.Generator().manual_seed(count))
+        x = torch.randn(count, layer.in_features, generator=torch.Generator().manual_seed(count)).to(dtype)
         got = layer(x)
-        assert got.dtype == torch.float32
-        assert torch.all((got.double() - quantized(x) @ weight.T).abs()
-                         <= quantized(x).abs() @ weight.abs().T * 1e-5 + 1e-6)
+        assert got.dtype == dtype
+        bound = quantized(x).abs() @ weight.abs().T * (1e-5 if dtype == torch.float32 else 1e-2) + 1e-6
+        assert torch.all((got.double() - quantized(x) @ weight.T).abs() <= bound)
         assert torch.equal(got, torch.cat([layer(row[None]) for row in x]))
-    rows = torch.randn(12, net.fast_head.in_features, generator=torch.Generator().manual_seed(2))
+    rows = torch.randn(12, net.fast_head.in_features, generator=torch.Generator().manual_seed(2)).to(dtype)
     head = dense["model.embed_tokens.weight"]
     assert torch.all((net.fast_head(rows).double() - quantized(rows) @ head.T).abs()
                      <= quantized(rows).abs() @ head.abs().T * 1e-5 + 1e-6)
@@ -158,7 +182,9 @@ from inferd.engine.engine import Engine
 from inferd.engine.engine_request import EngineRequest
 from inferd.engine.sampling_params import SamplingParams
 from inferd.models.loader import load_model
+import inferd.arch.file_blocks as file_blocks
 
+file_blocks.keeps_dense_copies = lambda dtype: False  # prompts through the kernels too, on every build
 out = {}
 for dtype in ("bfloat16", "float32"):
     engine = Engine(load_model(sys.argv[1], dtype=dtype), EngineConfig(parallel=3, ctx_size=256))
@@ -179,8 +205,9 @@ def test_greedy_tokens_are_the_same_on_every_build_this_cpu_can_run(tmp_path, on
     """The kernels' sums reduce in one order on every build (AVX-512, AVX2,
     portable), so a greedy decode gives the same tokens on each, and the same
     bits: every token's logprob is equal to the last bit (decode rows, prefill
-    and a batch of three, in bf16 and float32), through the modules or with
-    decode steps as one call (arch/fused_decode.py)."""
+    chunks and a batch of three, in bf16 and float32), through the modules or
+    with decode steps as one call (arch/fused_decode.py). No build keeps dense
+    copies here, which would compute prompts on AMX in one and not another."""
     path = written(tmp_path, "gemma3", dense_layer=not one_call)
     results = {}
     for build in isa.runnable():
