@@ -21,18 +21,13 @@ enum { Q4_0 = 2, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
 /* Activation rows quantized per group, group-major so that a group's rows lie
  * together (a kernel reaches every row of a group from one pointer): q
  * [K/32][M][32], d and sum (of q) [K/32][M], and the sums per 16 inputs
- * [K/32][M][2] (Q6_K's sub-blocks). Read them through act_q and its kin.
- * More than MAX_ROWS rows are held as passes of MAX_ROWS rows, each laid out
- * so (the last one padded), and `acts_pass` gives one pass's view: a pass's
- * groups lie 256 bytes apart, where rows group-major over a whole prefill
- * chunk would put them a multiple of 4 KB apart, all in one set of the L1
- * cache. */
+ * [K/32][M][2] (Q6_K's sub-blocks). Read them through act_q and its kin. */
 typedef struct {
     int8_t *q;
     float *d;
     int32_t *sum, *sum16;
     int64_t K, groups;
-    int M; /* rows of a pass */
+    int M;
 } Acts;
 
 /* One input of bf16 or float32 activations (or bias). */
@@ -97,33 +92,21 @@ static void quantize_group(const void *x, int x_is_float, int64_t g, int8_t *q, 
 #endif
 }
 
-/* x [M][K] -> `a`, in passes of up to MAX_ROWS rows. 0, or -1 out of memory. */
-static int quantize_rows(const void *x, int x_is_float, int64_t M, int64_t K, Acts *a) {
-    const int64_t pass = M < MAX_ROWS ? M : MAX_ROWS, padded = (M + pass - 1) / pass * pass;
-    a->K = K, a->M = (int)pass, a->groups = K / GROUP;
-    a->q = aligned_alloc(64, (size_t)((padded * K + 63) / 64 * 64));
-    a->d = calloc((size_t)(padded * a->groups), sizeof(float));
-    a->sum = calloc((size_t)(padded * a->groups), sizeof(int32_t));
-    a->sum16 = calloc((size_t)(2 * padded * a->groups), sizeof(int32_t));
+static int quantize_rows(const void *x, int x_is_float, int M, int64_t K, Acts *a) {
+    a->K = K, a->M = M, a->groups = K / GROUP;
+    a->q = aligned_alloc(64, (size_t)((M * K + 63) / 64 * 64));
+    a->d = malloc((size_t)(M * a->groups) * sizeof(float));
+    a->sum = malloc((size_t)(M * a->groups) * sizeof(int32_t));
+    a->sum16 = malloc((size_t)(2 * M * a->groups) * sizeof(int32_t));
     if (!a->q || !a->d || !a->sum || !a->sum16) return -1;
-    /* A prefill chunk's rows (hundreds) are worth the threads; a decode step's few are not. */
-#pragma omp parallel for schedule(static) if (M > MAX_ROWS)
-    for (int64_t g = 0; g < M * a->groups; g++) { /* g counts x's groups row by row; `at` is g's place */
-        const int64_t row = g / a->groups, at = (row / pass * a->groups + g % a->groups) * pass + row % pass;
+    for (int64_t g = 0; g < M * a->groups; g++) { /* g counts x's groups row by row; `at` is g's place group-major */
+        const int64_t at = (g % a->groups) * M + g / a->groups;
         int32_t half[2];
         quantize_group(x, x_is_float, g, a->q + at * GROUP, &a->d[at], half);
         a->sum[at] = half[0] + half[1];
         a->sum16[2 * at] = half[0], a->sum16[2 * at + 1] = half[1];
     }
     return 0;
-}
-
-/* The pass of rows from `first` (a multiple of a->M) on. */
-static inline Acts acts_pass(const Acts *a, int64_t first) {
-    const int64_t at = first / a->M * a->groups * a->M;
-    Acts view = *a;
-    view.q += at * GROUP, view.d += at, view.sum += at, view.sum16 += 2 * at;
-    return view;
 }
 
 static void free_rows(Acts *a) { free(a->q), free(a->d), free(a->sum), free(a->sum16); }

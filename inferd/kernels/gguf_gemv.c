@@ -14,12 +14,9 @@
  * Activations are quantized to int8 per group of 32 inputs (d = max|x| / 127),
  * so every product is an integer dot product of 32 bytes, scaled once: the
  * arithmetic llama.cpp does, at the bandwidth a decode step needs. Each
- * weight block is unpacked once a pass of up to MAX_ROWS activation rows;
- * a prefill chunk's rows are quantized once and take every pass over a
- * block while it is in the core's caches, so the weights are read once for
- * all of them (and each row's sums are those a decode step computes for it).
- * Vector paths: AVX2 (u8 x s8 pairs), AVX-512 VNNI or AVX-VNNI (vpdpbusd);
- * the portable path computes the same sums in scalar C.
+ * weight block is unpacked once and applied to every activation row (up to
+ * MAX_ROWS). Vector paths: AVX2 (u8 x s8 pairs), AVX-512 VNNI or AVX-VNNI
+ * (vpdpbusd); the portable path computes the same sums in scalar C.
  *
  * Parts whose rows fill tiles of 8 are held in tiles (gguf_tiles.h: several
  * times faster); this file's row kernels serve the rest.
@@ -298,46 +295,28 @@ static int64_t row_bytes(int type, int64_t K) {
     }
 }
 
-/* One output row's sums for activation rows 0..M-1 of `a` (a constant once inlined). */
-INLINE void row_sums(int type, const uint8_t *row, const Acts *a, const int M, float *out) {
-    switch (type) {
-    case Q8_0: row_q8_0(row, a, M, out); break;
-    case Q4_0: row_q4_q5_0(row, a, M, out, 0); break;
-    case Q5_0: row_q4_q5_0(row, a, M, out, 1); break;
-    case Q4_K: row_q4_q5_k(row, a, M, out, 0); break;
-    case Q5_K: row_q4_q5_k(row, a, M, out, 1); break;
-    default: row_q6_k(row, a, M, out); break;
-    }
-}
-
-/* Every output row for M activation rows, each row taking them in passes of MAX_ROWS;
+/* Every output row for M activation rows (a constant once inlined), starting at activation row m0;
  * shared among the threads of a parallel region, as tile_products is. */
-static void products(int type, const uint8_t *w, int64_t stride, int64_t N, const Acts *a, const int M,
-                     const void *bias, int in_is_float, void *y, int64_t ldy, int y_is_float) {
+INLINE void products(int type, const uint8_t *w, int64_t stride, int64_t N, const Acts *a, const int M,
+                     const void *bias, int in_is_float, void *y, int64_t ldy, int y_is_float, int64_t m0) {
 #pragma omp for schedule(static) nowait
     for (int64_t n = 0; n < N; n++) {
         const uint8_t *row = w + n * stride;
-        for (int m0 = 0; m0 < M; m0 += MAX_ROWS) {
-            const int rows = M - m0 < MAX_ROWS ? M - m0 : MAX_ROWS;
-            const Acts pass = acts_pass(a, m0);
-            float out[MAX_ROWS];
-            switch (rows) {
-            case 1: row_sums(type, row, &pass, 1, out); break;
-            case 2: row_sums(type, row, &pass, 2, out); break;
-            case 3: row_sums(type, row, &pass, 3, out); break;
-            case 4: row_sums(type, row, &pass, 4, out); break;
-            case 5: row_sums(type, row, &pass, 5, out); break;
-            case 6: row_sums(type, row, &pass, 6, out); break;
-            case 7: row_sums(type, row, &pass, 7, out); break;
-            default: row_sums(type, row, &pass, 8, out); break;
-            }
-            for (int m = 0; m < rows; m++) {
-                const float v = bias ? out[m] + input_at(bias, in_is_float, n) : out[m];
-                if (y_is_float)
-                    ((float *)y)[(m0 + m) * ldy + n] = v;
-                else
-                    ((uint16_t *)y)[(m0 + m) * ldy + n] = float_to_bf16(v);
-            }
+        float out[MAX_ROWS];
+        switch (type) {
+        case Q8_0: row_q8_0(row, a, M, out); break;
+        case Q4_0: row_q4_q5_0(row, a, M, out, 0); break;
+        case Q5_0: row_q4_q5_0(row, a, M, out, 1); break;
+        case Q4_K: row_q4_q5_k(row, a, M, out, 0); break;
+        case Q5_K: row_q4_q5_k(row, a, M, out, 1); break;
+        default: row_q6_k(row, a, M, out); break;
+        }
+        for (int m = 0; m < M; m++) {
+            const float v = bias ? out[m] + input_at(bias, in_is_float, n) : out[m];
+            if (y_is_float)
+                ((float *)y)[(m0 + m) * ldy + n] = v;
+            else
+                ((uint16_t *)y)[(m0 + m) * ldy + n] = float_to_bf16(v);
         }
     }
 }
@@ -345,20 +324,30 @@ static void products(int type, const uint8_t *w, int64_t stride, int64_t N, cons
 /* Parts held in tiles (gguf_tiles.h) carry this flag beside their type. */
 #define TILED 0x100
 
-/* Every part's share of the calling thread, for all M activation rows. */
+/* Every part's share of the calling thread for one pass of `rows` activation rows. */
 static void all_parts(int parts, const int *types, const uint8_t *const *ws, const int64_t *rows_of, int64_t K,
-                      const Acts *a, int M, const void *bias, int in_is_float, void *y, int64_t ldy, int y_is_float) {
+                      const Acts *a, int rows, const void *bias, int in_is_float, void *y, int64_t ldy, int y_is_float,
+                      int64_t m0) {
     int64_t col = 0;
     for (int p = 0; p < parts; p++) {
         const int type = types[p] & ~TILED;
-        const int64_t N = rows_of[p];
+        const int64_t N = rows_of[p], stride = row_bytes(type, K);
         const void *b = !bias ? NULL : in_is_float ? (const void *)((const float *)bias + col)
                                                      : (const void *)((const uint16_t *)bias + col);
         void *out = y_is_float ? (void *)((float *)y + col) : (void *)((uint16_t *)y + col);
-        if (types[p] & TILED)
-            tile_products(type, ws[p], N, a, M, b, in_is_float, out, ldy, y_is_float);
-        else
-            products(type, ws[p], row_bytes(type, K), N, a, M, b, in_is_float, out, ldy, y_is_float);
+#define CALL(R) (types[p] & TILED ? tile_products(type, ws[p], N, a, R, b, in_is_float, out, ldy, y_is_float, m0) \
+                                  : products(type, ws[p], stride, N, a, R, b, in_is_float, out, ldy, y_is_float, m0))
+        switch (rows) {
+        case 1: CALL(1); break;
+        case 2: CALL(2); break;
+        case 3: CALL(3); break;
+        case 4: CALL(4); break;
+        case 5: CALL(5); break;
+        case 6: CALL(6); break;
+        case 7: CALL(7); break;
+        default: CALL(8); break;
+        }
+#undef CALL
         col += N;
     }
 }
@@ -377,17 +366,20 @@ int inferd_gguf_gemv(int parts, const int *types, const uint8_t *const *ws, cons
             return -2;
         ldy += rows_of[p];
     }
-    if (M < 1 || M > INT32_MAX) return -2;
-    /* All rows quantized at once: every pass over the weights reads them from here. */
-    Acts a;
-    if (quantize_rows(x, in_is_float, M, K, &a)) {
-        free_rows(&a);
-        return -1;
-    }
-    /* One parallel region for all the parts: a thread done with its share of one part starts
-     * on the next, and the threads meet once, at the region's end, not once a part. */
+    if (M < 1) return -2;
+    for (int64_t m0 = 0; m0 < M; m0 += MAX_ROWS) {
+        const int rows = (int)(M - m0 < MAX_ROWS ? M - m0 : MAX_ROWS);
+        Acts a;
+        const void *xm = in_is_float ? (const void *)((const float *)x + m0 * K) : (const void *)((const uint16_t *)x + m0 * K);
+        if (quantize_rows(xm, in_is_float, rows, K, &a)) {
+            free_rows(&a);
+            return -1;
+        }
+        /* One parallel region for all the parts: a thread done with its share of one part starts
+         * on the next, and the threads meet once, at the region's end, not once a part. */
 #pragma omp parallel
-    all_parts(parts, types, ws, rows_of, K, &a, (int)M, bias, in_is_float, y, ldy, y_is_float);
-    free_rows(&a);
+        all_parts(parts, types, ws, rows_of, K, &a, rows, bias, in_is_float, y, ldy, y_is_float, m0);
+        free_rows(&a);
+    }
     return 0;
 }

@@ -269,32 +269,13 @@ static void tile_rows_portable(const int type, const uint8_t *tile, const Acts *
  * costs what the wider dot products save. */
 static inline int tile_span_of(const int type) { return TILES_WIDE && is_k(type) ? 2 : 1; }
 
-/* One span's sums for activation rows 0..M-1 of `a` (M <= MAX_ROWS): out[m][tile of the span][row]. */
-static inline void span_sums(const int type, const uint8_t *tile, const int64_t next, const int width, const Acts *a,
-                             const int M, float *out) {
-#if TILES_WIDE
-    if (width == 2) {
-        tile_span_2(type, tile, next, a, M, out);
-        return;
-    }
-#endif
-    (void)width;
-#if TILES_VECTORIZED
-    tile_span_1(type, tile, next, a, M, out);
-#else
-    (void)next;
-    for (int m0 = 0; m0 < M; m0 += TILE_PASS_ROWS)
-        tile_rows_portable(type, tile, a, m0, M - m0 < TILE_PASS_ROWS ? M - m0 : TILE_PASS_ROWS, out + m0 * TILE);
-#endif
-}
-
-/* Every output row of a tiled tensor of N rows for M activation rows, a span of tiles at a
- * time (an odd tensor's last span of two has its one tile twice), each span taking every
- * activation row in passes of MAX_ROWS: a prefill chunk's hundreds of rows read the weights
- * once, while they stay in the core's caches. Called by every thread of a parallel region
- * (inferd_gguf_gemv's), which share its spans and go on to the next tensor without waiting. */
-static void tile_products(const int type, const uint8_t *w, const int64_t N, const Acts *a, const int M,
-                          const void *bias, const int in_is_float, void *y, const int64_t ldy, const int y_is_float) {
+/* Every output row of a tiled tensor of N rows for M activation rows (a constant once inlined),
+ * a span of tiles at a time (an odd tensor's last span of two has its one tile twice). Called
+ * by every thread of a parallel region (inferd_gguf_gemv's), which share its spans and go on
+ * to the next tensor without waiting. */
+INLINE void tile_products(const int type, const uint8_t *w, const int64_t N, const Acts *a, const int M,
+                          const void *bias, const int in_is_float, void *y, const int64_t ldy, const int y_is_float,
+                          const int64_t row0) {
     const int64_t tiles = N / TILE, tile_bytes = TILE * inferd_gguf_tiled_row_bytes(type, a->K);
     const int width = tile_span_of(type);
     const int64_t spans = (tiles + width - 1) / width, chunk = work_chunk(spans);
@@ -302,22 +283,29 @@ static void tile_products(const int type, const uint8_t *w, const int64_t N, con
     for (int64_t span = 0; span < spans; span++) {
         const int64_t t0 = span * width, next = t0 + 1 < tiles ? tile_bytes : 0;
         const uint8_t *tile = w + t0 * tile_bytes;
-        for (int m0 = 0; m0 < M; m0 += MAX_ROWS) {
-            const int rows = M - m0 < MAX_ROWS ? M - m0 : MAX_ROWS;
-            const Acts pass = acts_pass(a, m0);
-            float out[MAX_ROWS * TILE * 2]; /* [m][tile of the span][row] */
-            span_sums(type, tile, next, width, &pass, rows, out);
-            for (int s = 0; s < width && t0 + s < tiles; s++) {
-                for (int m = 0; m < rows; m++) {
-                    for (int r = 0; r < TILE; r++) {
-                        const int64_t n = (t0 + s) * TILE + r;
-                        const float sum = out[(m * width + s) * TILE + r];
-                        const float v = bias ? sum + input_at(bias, in_is_float, n) : sum;
-                        if (y_is_float)
-                            ((float *)y)[(m0 + m) * ldy + n] = v;
-                        else
-                            ((uint16_t *)y)[(m0 + m) * ldy + n] = float_to_bf16(v);
-                    }
+        float out[MAX_ROWS * TILE * 2]; /* [m][tile of the span][row] */
+#if TILES_WIDE
+        if (width == 2)
+            tile_span_2(type, tile, next, a, M, out);
+        else
+#endif
+#if TILES_VECTORIZED
+            tile_span_1(type, tile, next, a, M, out);
+#else
+        (void)next;
+        for (int m0 = 0; m0 < M; m0 += TILE_PASS_ROWS)
+            tile_rows_portable(type, tile, a, m0, M - m0 < TILE_PASS_ROWS ? M - m0 : TILE_PASS_ROWS, out + m0 * TILE);
+#endif
+        for (int s = 0; s < width && t0 + s < tiles; s++) {
+            for (int m = 0; m < M; m++) {
+                for (int r = 0; r < TILE; r++) {
+                    const int64_t n = (t0 + s) * TILE + r;
+                    const float sum = out[(m * width + s) * TILE + r];
+                    const float v = bias ? sum + input_at(bias, in_is_float, n) : sum;
+                    if (y_is_float)
+                        ((float *)y)[(row0 + m) * ldy + n] = v;
+                    else
+                        ((uint16_t *)y)[(row0 + m) * ldy + n] = float_to_bf16(v);
                 }
             }
         }
