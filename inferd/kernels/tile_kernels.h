@@ -124,6 +124,18 @@ static inline tvi TK(tile_dot2)(tvi sums, tvi u0, tvi s0, tvi u1, tvi s1) {
 }
 
 #if TILE_SPAN == 1 /* the formats of 32 weights a scale take one tile at a time (gguf_tiles.h) */
+/* Four such dots at once, for weights u0..u3 <= 31 (Q4_0, Q5_0): without VNNI the four int16 pair sums
+ * add before widening (at most 8 * 31 * 128 < 2^15). */
+static inline tvi TK(tile_dot4)(tvi sums, tvi u0, tvi s0, tvi u1, tvi s1, tvi u2, tvi s2, tvi u3, tvi s3) {
+#ifdef ti_dpbusd
+    return TK(tile_dot2)(TK(tile_dot2)(sums, u0, s0, u1, s1), u2, s2, u3, s3);
+#else
+    const __m256i pairs = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1)),
+                                           _mm256_add_epi16(_mm256_maddubs_epi16(u2, s2), _mm256_maddubs_epi16(u3, s3)));
+    return _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+#endif
+}
+
 /* The same for signed weights w: with VNNI as w + 128 (the caller subtracts 128 times the
  * activations' sum), otherwise |w| times x carrying w's sign. */
 #ifdef ti_dpbusd
@@ -161,13 +173,19 @@ INLINE void TK(tile_rows_32)(const int type, const uint8_t *tile, const int64_t 
         } else {
             const tvi high = type == Q5_0 ? TK(ti_load)(group + 16, next) : ti_zero();
             const uint8_t *nibbles = group + (type == Q5_0 ? 48 : 16);
-            for (int p = 0; p < 4; p++) {
-                const tvi raw = TK(ti_load)(nibbles + 32 * p, next), mask = ti_set1_8(0x0f);
-                tvi lo = ti_and(raw, mask), hi = ti_and(ti_srli16(raw, 4), mask);
-                if (type == Q5_0) lo = ti_or(lo, TK(fifth_bits)(high, p)), hi = ti_or(hi, TK(fifth_bits)(high, p + 4));
+            for (int p = 0; p < 4; p += 2) {
+                const tvi mask = ti_set1_8(0x0f);
+                tvi lo[2], hi[2];
+                for (int k = 0; k < 2; k++) {
+                    const tvi raw = TK(ti_load)(nibbles + 32 * (p + k), next);
+                    lo[k] = ti_and(raw, mask), hi[k] = ti_and(ti_srli16(raw, 4), mask);
+                    if (type == Q5_0)
+                        lo[k] = ti_or(lo[k], TK(fifth_bits)(high, p + k)), hi[k] = ti_or(hi[k], TK(fifth_bits)(high, p + k + 4));
+                }
                 for (int m = 0; m < M; m++) {
-                    const int8_t *x = act_q(a, m0 + m, g);
-                    sums[m] = TK(tile_dot2)(sums[m], lo, TK(ti_bcast4)(x + 4 * p), hi, TK(ti_bcast4)(x + 16 + 4 * p));
+                    const int8_t *x = act_q(a, m0 + m, g) + 4 * p;
+                    sums[m] = TK(tile_dot4)(sums[m], lo[0], TK(ti_bcast4)(x), hi[0], TK(ti_bcast4)(x + 16),
+                                            lo[1], TK(ti_bcast4)(x + 4), hi[1], TK(ti_bcast4)(x + 20));
                 }
             }
         }
