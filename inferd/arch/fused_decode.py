@@ -7,10 +7,10 @@ projection holds the GGUF file's blocks. A step takes it when it only
 decodes, in the model's dtype (bf16, or float32 beside a bf16 KV cache), on
 at most one pass of the kernel's rows (8), where the tiles beat the dense
 weights once the Python between the kernels is gone (19-20 ms a step of 8
-rows against 24, AVX-512); every other step runs the modules, which in
-bf16 go dense from fewer rows (`file_blocks.LAYER_DENSE_FROM`) since a
-prompt's rows are computed alike in a chunk of their own or beside
-another's.
+rows against 24, AVX-512); every other step runs the modules, which, where
+they keep dense copies, go dense from fewer rows
+(`file_blocks.LAYER_DENSE_FROM`) since a prompt's rows are computed alike in
+a chunk of their own or beside another's.
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ bytes: the weights are exactly the file's, read at their stored size
 block formats, so it keeps one part per source tensor, each writing its own
 columns of the output.
 Prefill, bound by compute rather than bytes, uses the dense weight where
-the model keeps one (the file's values in bf16, packed for oneDNN where
-that applies; a float32 model keeps none, `arch/file_blocks.py`), except
-for the leading rows a step marks as lone decode rows
+the model keeps one (bf16 on AMX, or the portable build: the file's values
+in the engine dtype, packed for oneDNN where that applies;
+`file_blocks.keeps_dense_copies`), except for the leading rows a step
+marks as lone decode rows
 (`arch/decode_rows.py`, speculative verification): those always run the
 kernel, whose sums for one row do not depend on the rows beside it.
 """
