@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import aclosing
 from dataclasses import dataclass, field
 
-import httpx
+from httptools import HttpParserError
+
+from inferd.bench.event_stream import Endpoint, StatusError, post_events
 
 
 @dataclass
@@ -20,27 +23,14 @@ class RequestResult:
     error: str = ""
 
 
-def new_http_client(base_url: str, api_key: str | None, transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
-    # No keep-alive: some servers drop idle kept-alive connections, which would fail requests at random.
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    return httpx.AsyncClient(base_url=base_url, headers=headers, transport=transport,
-                             limits=httpx.Limits(max_keepalive_connections=0), timeout=httpx.Timeout(None))
-
-
-async def send_completion(http: httpx.AsyncClient, model: str, prompt: str, max_tokens: int) -> RequestResult:
+async def send_completion(endpoint: Endpoint, model: str, prompt: str, max_tokens: int) -> RequestResult:
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
             "stream_options": {"include_usage": True}, "ignore_eos": True, "temperature": 0}
     result = RequestResult()
     start = last = time.perf_counter()
     try:
-        async with http.stream("POST", "/v1/completions", json=body) as r:
-            if r.status_code != 200:
-                result.error = f"HTTP {r.status_code}: {(await r.aread()).decode(errors='replace')[:200]}"
-                return result
-            async for line in r.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
+        async with aclosing(post_events(endpoint, "/v1/completions", json.dumps(body).encode())) as events:
+            async for data in events:
                 if data == "[DONE]":
                     break
                 chunk = json.loads(data)
@@ -58,6 +48,8 @@ async def send_completion(http: httpx.AsyncClient, model: str, prompt: str, max_
                 result.text += text
         result.latency = time.perf_counter() - start
         result.ok = True
-    except (httpx.HTTPError, json.JSONDecodeError, KeyError) as e:
+    except StatusError as e:
+        result.error = str(e)
+    except (OSError, HttpParserError, json.JSONDecodeError, KeyError) as e:
         result.error = f"{type(e).__name__}: {e}"
     return result

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import sys
 
 import httpx
 
-from inferd.bench.client import new_http_client, send_completion
+from inferd.bench.client import send_completion
+from inferd.bench.event_stream import Endpoint
 from inferd.bench.datasets import Session, multi_turn_sessions, random_sessions, shared_prefix_sessions
 from inferd.bench.report import CacheCounters, format_report, summarize
 from inferd.bench.runner import run_sessions
 from inferd.bench.tokenizer import text_maker_for
+from inferd.http import event_loop
 
 
 def build_sessions(args: argparse.Namespace, http: httpx.Client) -> list[Session]:
@@ -45,10 +46,9 @@ def cache_counters(http: httpx.Client) -> CacheCounters | None:
         return None
 
 
-async def measure(args: argparse.Namespace, model: str, sessions: list[Session]):
-    async with new_http_client(args.base_url, args.api_key) as http:
-        return await run_sessions(sessions, lambda prompt, n: send_completion(http, model, prompt, n),
-                                  args.request_rate, args.max_concurrency, args.seed, progress_out=sys.stderr)
+async def measure(args: argparse.Namespace, endpoint: Endpoint, model: str, sessions: list[Session]):
+    return await run_sessions(sessions, lambda prompt, n: send_completion(endpoint, model, prompt, n),
+                              args.request_rate, args.max_concurrency, args.seed, progress_out=sys.stderr)
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -57,13 +57,14 @@ def run_bench(args: argparse.Namespace) -> int:
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     with httpx.Client(base_url=args.base_url, headers=headers, timeout=60) as http:
         try:
+            endpoint = Endpoint.parse(args.base_url, args.api_key)
             model = args.model or first_model(http)
             sessions = build_sessions(args, http)
         except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
             print(f"inferd bench: cannot prepare against {args.base_url}: {e}", file=sys.stderr)
             return 2
         before = cache_counters(http)
-        run = asyncio.run(measure(args, model, sessions))
+        run = event_loop.run(measure(args, endpoint, model, sessions))
         after = cache_counters(http)
     summary = summarize(run.results, run.duration, before, after)
     print(json.dumps(summary) if args.json else format_report(summary))
