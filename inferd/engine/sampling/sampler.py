@@ -35,6 +35,7 @@ from inferd.engine.sampling.logits_processing import process_logits
 from inferd.engine.sampling.post_sampling import post_sampling_logprobs
 from inferd.engine.sampling.vocab_blocks import block_maxima, draw_full, draw_truncated, first_argmax, top_entries
 from inferd.engine.sampling_params import SamplingParams
+from inferd.kernels import greedy_rows
 
 if TYPE_CHECKING:
     from inferd.engine.sampling.grammar_mask import GrammarConstraint
@@ -95,6 +96,11 @@ class Sampler:
 
         n, vocab = logits.shape
         x = process_logits(logits, rows, out=self._buffer("logits", n, vocab, logits.device))
+        if all(row.params.greedy and row.params.logprobs is None for row in rows) and greedy_rows.supports(x):
+            token_ids = greedy_rows.first_argmax(x)  # one call; -1 where the row has no finite maximum
+            if min(token_ids) < 0:
+                raise NoValidTokenError([i for i, token in enumerate(token_ids) if token < 0])
+            return SamplerOutput(token_ids=token_ids, logprobs=[None] * n)
         maxima = block_maxima(x)
         row_max = maxima.amax(dim=-1)
         if not bool(torch.isfinite(row_max).all()):
