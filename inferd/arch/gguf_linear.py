@@ -76,6 +76,14 @@ class GGUFLinear(nn.Module):
     def _blocks(self, x: torch.Tensor) -> torch.Tensor:
         return gguf_gemv.matmul(x, self.parts(), self.bias, self.kernel_out_dtype)
 
+    def block_buffers(self) -> list[str]:
+        """Names of the buffers the kernels read: each part's blocks (in tiles where its rows fill them)."""
+        return [f"raw{i}" for i in range(len(self.formats))]
+
+    def forget_parts(self) -> None:
+        """Call after replacing a block buffer: the kernel's view is built again on next use."""
+        self._parts = None
+
     def parts(self) -> gguf_gemv.Parts:
         """The kernel's view of the weights, built on first use."""
         if self._parts is None:

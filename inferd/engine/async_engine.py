@@ -162,6 +162,7 @@ class AsyncEngine:
     # -- engine thread -------------------------------------------------------
     def _loop(self) -> None:
         engine = self.engine
+        engine.settle_weights()  # off the server's start-up; a request arriving meanwhile waits for it
         while not self._stop.is_set():
             try:
                 self._drain_commands(block=not engine.has_work)

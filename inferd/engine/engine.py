@@ -26,6 +26,7 @@ from inferd.engine.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
 from inferd.engine.slot_files import SlotMemory
 from inferd.engine.speculative import Speculator, can_speculate
 from inferd.engine.stop_rules import StopRules
+from inferd.models.huge_pages import place_blocks_on_huge_pages
 from inferd.models.loader import LoadedModel, load_model
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,7 @@ class Engine:
         self.slot_memory = SlotMemory()  # what each slot ran last, for /slots save, restore and erase
         self._stops: dict[str, StopRules] = {}
         self._counters = {"prompt": 0, "computed": 0, "generated": 0, "steps": 0}
+        self._weights_settled = False
 
     @staticmethod
     def _draft_model(loaded: LoadedModel, config: EngineConfig, max_len: int, exact: bool) -> DraftModel | None:
@@ -167,9 +169,22 @@ class Engine:
     def has_work(self) -> bool:
         return self.scheduler.has_work
 
+    def settle_weights(self) -> None:
+        """Move the weights every decode step streams onto 2 MB pages
+        (models/huge_pages.py), once: before the first step, or as soon as the
+        engine thread starts (AsyncEngine), off the server's start-up."""
+        if self._weights_settled:
+            return
+        self._weights_settled = True
+        drafter = self.speculator.drafter
+        for loaded in (self.loaded, *(() if drafter is None else (drafter.loaded,))):
+            if loaded.device.type == "cpu":
+                place_blocks_on_huge_pages(loaded.model)
+
     # -- one step ----------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         started = time.perf_counter()
+        self.settle_weights()
         self.speculator.propose(self.scheduler.running)
         batch = self.scheduler.schedule()
         if not batch:
