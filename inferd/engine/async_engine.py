@@ -162,7 +162,10 @@ class AsyncEngine:
     # -- engine thread -------------------------------------------------------
     def _loop(self) -> None:
         engine = self.engine
-        engine.settle_weights()  # off the server's start-up; a request arriving meanwhile waits for it
+        try:
+            engine.settle_weights()  # off the server's start-up; a request arriving meanwhile waits for it
+        except Exception:  # the weights stay where they were: slower steps, the same results
+            log.exception("could not move the weights onto 2 MB pages")
         while not self._stop.is_set():
             try:
                 self._drain_commands(block=not engine.has_work)

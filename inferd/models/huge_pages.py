@@ -55,10 +55,10 @@ def move_to_huge_pages(slots: list[tuple[nn.Module, str]]) -> int:
     # A huge page more than needed, so that the arena can start on a 2 MB boundary.
     try:
         arena = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    except OSError as error:  # no room: the weights stay where they are, as fast as before
-        log.warning("weights stay on 4 KB pages: cannot map %d MB for them (%s)", size >> 20, error)
+        arena.madvise(mmap.MADV_HUGEPAGE)
+    except OSError as error:  # no room, or no huge pages after all: the weights stay, as fast as before
+        log.warning("weights stay on 4 KB pages: cannot map %d MB of 2 MB pages for them (%s)", size >> 20, error)
         return 0
-    arena.madvise(mmap.MADV_HUGEPAGE)
     whole = torch.frombuffer(arena, dtype=torch.uint8)  # each view holds the map for as long as it lives
     start = -whole.data_ptr() % HUGE_PAGE
     for (module, name), offset in zip(slots, offsets):
@@ -66,6 +66,7 @@ def move_to_huge_pages(slots: list[tuple[nn.Module, str]]) -> int:
         view = whole[start + offset:start + offset + source.nbytes].view(source.dtype).view(source.shape)
         view.copy_(source)
         setattr(module, name, view)
+    log.debug("%d MB of weights moved onto 2 MB pages", size >> 20)
     return size
 
 

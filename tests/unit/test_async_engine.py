@@ -188,3 +188,18 @@ def test_an_idle_engine_hands_freed_heap_back_once(engine, monkeypatch):
         asyncio.run(asyncio.sleep(0.1))
     asyncio.run(asyncio.sleep(1.2))  # two more idle waits: still once
     assert trims == [1]
+
+
+def test_a_failed_move_of_the_weights_leaves_the_engine_serving(tiny_model_dir, monkeypatch, caplog):
+    def fail(net):
+        raise RuntimeError("no pages today")
+
+    monkeypatch.setattr("inferd.engine.engine.place_blocks_on_huge_pages", fail)
+    loaded = load_model(str(tiny_model_dir), dtype="float32")
+    async_engine = AsyncEngine(Engine(loaded, EngineConfig(ctx_size=128, parallel=2, block_size=4)))
+    try:
+        outs = asyncio.run(collect(async_engine, "m", SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)))
+    finally:
+        async_engine.shutdown()
+    assert outs[-1].finished and sum(len(o.token_ids) for o in outs) == 4
+    assert "could not move the weights onto 2 MB pages" in caplog.text
