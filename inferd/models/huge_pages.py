@@ -80,14 +80,3 @@ def place_blocks_on_huge_pages(net: nn.Module) -> int:
     for layer in layers if moved else ():
         layer.forget_parts()
     return moved
-
-
-def huge_page_bytes() -> int:
-    """The process's anonymous memory on 2 MB pages (AnonHugePages), for tests and logs; 0 where unknown."""
-    try:
-        for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
-            if line.startswith("AnonHugePages:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0

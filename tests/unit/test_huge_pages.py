@@ -3,6 +3,8 @@ kernels' products unchanged, and nothing moved where the system has no huge page
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from test_file_blocks import loaded, written
@@ -13,9 +15,17 @@ from inferd.config import EngineConfig
 from inferd.engine.engine import Engine
 from inferd.engine.engine_request import EngineRequest
 from inferd.engine.sampling_params import SamplingParams
-from inferd.models.loader import load_model
 from inferd.models import huge_pages
-from inferd.models.huge_pages import HUGE_PAGE, huge_page_bytes, move_to_huge_pages, place_blocks_on_huge_pages
+from inferd.models.huge_pages import HUGE_PAGE, move_to_huge_pages, place_blocks_on_huge_pages
+from inferd.models.loader import load_model
+
+
+def huge_page_bytes() -> int:
+    """This process's anonymous memory on 2 MB pages (AnonHugePages)."""
+    for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
+        if line.startswith("AnonHugePages:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no AnonHugePages line in /proc/self/smaps_rollup")
 
 
 def holder(**buffers: torch.Tensor) -> nn.Module:
