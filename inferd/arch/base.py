@@ -59,6 +59,12 @@ class CausalLM(nn.Module):
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return torch.nn.functional.linear(hidden, weight).float()
 
+    def greedy_tokens(self, hidden: torch.Tensor) -> list[int] | None:
+        """Each row's first argmax of `compute_logits(hidden)`, -1 where a row has no finite
+        maximum, from a head that finds it without writing the logits; else None."""
+        pick = getattr(self.fast_head, "argmax", None)
+        return pick(hidden) if pick is not None else None
+
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype, device: torch.device) -> None:
         """Assign every parameter from (Hugging Face name, tensor) pairs.
 

@@ -73,6 +73,14 @@ class GGUFLinear(nn.Module):
         rest = dense_product(self, flat[exact:]).to(self.kernel_out_dtype)
         return torch.cat((self._blocks(flat[:exact]), rest)).view(*x.shape[:-1], self.out_features)
 
+    def argmax(self, x: torch.Tensor) -> list[int] | None:
+        """Each row's first argmax of `forward(x).float()` (-1: no finite maximum), where
+        forward would run the kernel: found as it computes, the product never written."""
+        rows = x.numel() // self.in_features
+        if self.dense_from_rows is not None and rows >= self.dense_from_rows and leading_decode_rows() < rows:
+            return None
+        return gguf_gemv.argmax(x, self.parts(), self.bias, self.kernel_out_dtype)
+
     def _blocks(self, x: torch.Tensor) -> torch.Tensor:
         return gguf_gemv.matmul(x, self.parts(), self.bias, self.kernel_out_dtype)
 

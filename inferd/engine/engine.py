@@ -19,7 +19,7 @@ from inferd.engine.outputs import EngineStats, RequestOutput, RequestTiming, Slo
 from inferd.engine.request import Request, RequestStatus
 from inferd.engine.runner import ModelRunner
 from inferd.engine.sampling.errors import NoValidTokenError
-from inferd.engine.sampling.sampler import Sampler, SampleRow, make_generator
+from inferd.engine.sampling.sampler import Sampler, SampleRow, argmax_is_enough, make_generator
 from inferd.engine.sampling.steering import Steering
 from inferd.engine.sampling.thinking_budget import ThinkingBudget
 from inferd.engine.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
@@ -201,12 +201,14 @@ class Engine:
         for req in batch.requests:
             if req.first_scheduled_time is None:
                 req.first_scheduled_time = now
-        result = self.runner.run(batch)
+        result = self.runner.run(batch, argmax_only=self._argmax_only)
         self.scheduler.advance(batch)
         self._counters["steps"] += 1
         self._counters["computed"] += sum(batch.num_new_tokens)
         if not result.sampling:
             return []
+        if result.token_ids is not None:
+            return self._take_argmax(result.token_ids, result.sampling)
         if not any(r.draft_token_ids for r in result.sampling):
             return self._sample(result.logits, result.sampling)
         plain_rows, plain, verifying, row = [], [], [], 0
@@ -234,10 +236,7 @@ class Engine:
             ]
             tokens = self.sampler(logits, rows).token_ids
         except NoValidTokenError:
-            out = self.abort(req.request_id, RequestStatus.FINISHED_ERROR)
-            out.error = "no token can be sampled: every logit is -inf or not finite (check logit_bias)"
-            out.error_is_client = True
-            return out
+            return self._no_valid_token(req)
         except Exception as e:
             log.exception("request %s: sampling failed; ending this request", req.request_id)
             return self.fail_request(req, _engine_error("sampling", e))
@@ -260,29 +259,50 @@ class Engine:
         self.scheduler.end_verification(req)
         return out
 
+    def _sample_rows(self, requests: list[Request]) -> list[SampleRow]:
+        return [
+            SampleRow(
+                r.params, r.prompt_token_ids, r.output_token_ids, r.generator, self.eos_token_ids,
+                forced_token=r.steering.forced_token(), grammar=r.steering.grammar,
+            )
+            for r in requests
+        ]
+
+    def _argmax_only(self, requests: list[Request]) -> bool:
+        return all(argmax_is_enough(row) for row in self._sample_rows(requests))
+
+    def _take_argmax(self, token_ids: list[int], requests: list[Request]) -> list[RequestOutput]:
+        """The tokens of a step whose every request needed only its argmax (`_argmax_only`),
+        as the sampler would have picked them from the logits."""
+        outputs = []
+        for req, tok in zip(requests, token_ids):
+            if tok < 0:
+                outputs.append(self._no_valid_token(req))
+                continue
+            try:
+                outputs.append(self._append(req, tok, None))
+            except Exception as e:
+                log.exception("request %s: processing token %d failed; ending this request", req.request_id, tok)
+                outputs.append(self.fail_request(req, _engine_error("processing its output", e), token_ids=[tok]))
+        return outputs
+
+    def _no_valid_token(self, req: Request) -> RequestOutput:
+        out = self.abort(req.request_id, RequestStatus.FINISHED_ERROR)
+        out.error = "no token can be sampled: every logit is -inf or not finite (check logit_bias)"
+        out.error_is_client = True
+        return out
+
     def _sample(self, logits, requests: list[Request]) -> list[RequestOutput]:
         """Sample and post-process every request of the step. A failure in one
         request's work (its grammar, stop rules, detokenizing) ends that request
         alone with an error; its neighbours keep generating."""
         try:
-            rows = [
-                SampleRow(
-                    r.params, r.prompt_token_ids, r.output_token_ids, r.generator, self.eos_token_ids,
-                    forced_token=r.steering.forced_token(), grammar=r.steering.grammar,
-                )
-                for r in requests
-            ]
-            sampled = self.sampler(logits, rows)
+            sampled = self.sampler(logits, self._sample_rows(requests))
         except NoValidTokenError as e:
             # Rows with no finite logit (e.g. every token banned) fail alone;
             # the rest of the batch is sampled again.
             failed = set(e.rows)
-            outputs = []
-            for i in sorted(failed):
-                out = self.abort(requests[i].request_id, RequestStatus.FINISHED_ERROR)
-                out.error = "no token can be sampled: every logit is -inf or not finite (check logit_bias)"
-                out.error_is_client = True
-                outputs.append(out)
+            outputs = [self._no_valid_token(requests[i]) for i in sorted(failed)]
             keep = [i for i in range(len(requests)) if i not in failed]
             if keep:
                 outputs += self._sample(logits[keep], [requests[i] for i in keep])

@@ -15,6 +15,7 @@ tokens are bit for bit those plain decoding computes. The KV cache is one
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -27,8 +28,9 @@ from inferd.engine.scheduler import ScheduledBatch
 
 @dataclass
 class StepResult:
-    logits: torch.Tensor  # [N, V] float32: per sampling request one row, plus one per draft token
+    logits: torch.Tensor | None  # [N, V] float32: per sampling request one row, plus one per draft token
     sampling: list[Request]  # in logits row order
+    token_ids: list[int] | None = None  # instead of logits: each request's argmax (-1: no finite maximum)
 
 
 # Decode contexts are padded to a multiple of this many tokens.
@@ -79,7 +81,10 @@ class ModelRunner:
         return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * bits // 8
 
     @torch.inference_mode()
-    def run(self, batch: ScheduledBatch) -> StepResult:
+    def run(self, batch: ScheduledBatch, argmax_only: Callable[[list[Request]], bool] | None = None) -> StepResult:
+        """The step's forward pass. Where `argmax_only(sampling)` says the sampling requests
+        need only their logits' argmax, and the head can find it as it computes, the
+        result holds their tokens and no logits."""
         decodes: list[tuple[Request, int, int]] = []  # (request, position, token) per decode row
         prefills: list[tuple[Request, int]] = []
         for req, n in zip(batch.requests, batch.num_new_tokens):
@@ -139,10 +144,13 @@ class ModelRunner:
             hidden = self.model(ids, torch.tensor(positions, device=self.device), self.kv_caches, meta)
         if not sampling:  # only unfinished prefill chunks this step
             return StepResult(logits=hidden.new_empty((0, 0), dtype=torch.float32), sampling=[])
+        last = hidden[torch.tensor(sample_rows, dtype=torch.int64, device=self.device)]
         with lone_decode_rows(lone_logits):
-            logits = self.model.compute_logits(hidden[torch.tensor(sample_rows, dtype=torch.int64,
-                                                                   device=self.device)])
-        return StepResult(logits=logits, sampling=sampling)
+            if argmax_only is not None and not verifies and argmax_only(sampling):
+                token_ids = self.model.greedy_tokens(last)
+                if token_ids is not None:
+                    return StepResult(logits=None, sampling=sampling, token_ids=token_ids)
+            return StepResult(logits=self.model.compute_logits(last), sampling=sampling)
 
     def _slots(self, table: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         return table[pos // self.block_size] * self.block_size + pos % self.block_size

@@ -30,6 +30,29 @@ typedef struct {
     int M;
 } Acts;
 
+/* Each activation row's first argmax over the outputs a thread has seen, in place of writing
+ * them (a greedy step needs only that): the largest value, the lowest output index holding it,
+ * and whether a NaN was seen. `base`: the output index of the part being computed. */
+typedef struct {
+    float value[MAX_ROWS];
+    int64_t index[MAX_ROWS];
+    int nan[MAX_ROWS];
+    int64_t base;
+} Best;
+
+static inline void best_init(Best *b) {
+    for (int m = 0; m < MAX_ROWS; m++) b->value[m] = -INFINITY, b->index[m] = INT64_MAX, b->nan[m] = 0;
+    b->base = 0;
+}
+
+/* Output n of row m is v: kept where it is larger, or equal at a lower index. */
+static inline void best_keep(Best *b, int m, int64_t n, float v) {
+    if (v != v)
+        b->nan[m] = 1;
+    else if (v > b->value[m] || (v == b->value[m] && n < b->index[m]))
+        b->value[m] = v, b->index[m] = n;
+}
+
 /* One input of bf16 or float32 activations (or bias). */
 static inline float input_at(const void *x, int is_float, int64_t i) {
     return is_float ? ((const float *)x)[i] : bf16_to_float(((const uint16_t *)x)[i]);

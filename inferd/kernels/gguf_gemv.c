@@ -298,7 +298,7 @@ static int64_t row_bytes(int type, int64_t K) {
 /* Every output row for M activation rows (a constant once inlined), starting at activation row m0;
  * shared among the threads of a parallel region, as tile_products is. */
 INLINE void products(int type, const uint8_t *w, int64_t stride, int64_t N, const Acts *a, const int M,
-                     const void *bias, int in_is_float, void *y, int64_t ldy, int y_is_float, int64_t m0) {
+                     const void *bias, int in_is_float, void *y, int64_t ldy, int y_is_float, int64_t m0, Best *best) {
 #pragma omp for schedule(static) nowait
     for (int64_t n = 0; n < N; n++) {
         const uint8_t *row = w + n * stride;
@@ -313,7 +313,9 @@ INLINE void products(int type, const uint8_t *w, int64_t stride, int64_t N, cons
         }
         for (int m = 0; m < M; m++) {
             const float v = bias ? out[m] + input_at(bias, in_is_float, n) : out[m];
-            if (y_is_float)
+            if (best)
+                best_keep(best, m, best->base + n, y_is_float ? v : round_bf16(v));
+            else if (y_is_float)
                 ((float *)y)[(m0 + m) * ldy + n] = v;
             else
                 ((uint16_t *)y)[(m0 + m) * ldy + n] = float_to_bf16(v);
@@ -324,19 +326,21 @@ INLINE void products(int type, const uint8_t *w, int64_t stride, int64_t N, cons
 /* Parts held in tiles (gguf_tiles.h) carry this flag beside their type. */
 #define TILED 0x100
 
-/* Every part's share of the calling thread for one pass of `rows` activation rows. */
+/* Every part's share of the calling thread for one pass of `rows` activation rows
+ * (with `best`, its argmax of each row instead of y). */
 static void all_parts(int parts, const int *types, const uint8_t *const *ws, const int64_t *rows_of, int64_t K,
                       const Acts *a, int rows, const void *bias, int in_is_float, void *y, int64_t ldy, int y_is_float,
-                      int64_t m0) {
+                      int64_t m0, Best *best) {
     int64_t col = 0;
     for (int p = 0; p < parts; p++) {
+        if (best) best->base = col;
         const int type = types[p] & ~TILED;
         const int64_t N = rows_of[p], stride = row_bytes(type, K);
         const void *b = !bias ? NULL : in_is_float ? (const void *)((const float *)bias + col)
                                                      : (const void *)((const uint16_t *)bias + col);
-        void *out = y_is_float ? (void *)((float *)y + col) : (void *)((uint16_t *)y + col);
-#define CALL(R) (types[p] & TILED ? tile_products(type, ws[p], N, a, R, b, in_is_float, out, ldy, y_is_float, m0) \
-                                  : products(type, ws[p], stride, N, a, R, b, in_is_float, out, ldy, y_is_float, m0))
+        void *out = !y ? NULL : y_is_float ? (void *)((float *)y + col) : (void *)((uint16_t *)y + col);
+#define CALL(R) (types[p] & TILED ? tile_products(type, ws[p], N, a, R, b, in_is_float, out, ldy, y_is_float, m0, best) \
+                                  : products(type, ws[p], stride, N, a, R, b, in_is_float, out, ldy, y_is_float, m0, best))
         switch (rows) {
         case 1: CALL(1); break;
         case 2: CALL(2); break;
@@ -352,12 +356,20 @@ static void all_parts(int parts, const int *types, const uint8_t *const *ws, con
     }
 }
 
-/* y = x @ W.T where W is `parts` matrices stacked by rows (a fused projection
- * whose tensors may differ in format), each with its own type, bytes and row
- * count; the activations are quantized once for all of them.
- * 0 on success; -1 out of memory; -2 an unsupported type or shape. */
-int inferd_gguf_gemv(int parts, const int *types, const uint8_t *const *ws, const int64_t *rows_of, int64_t K,
-                     const void *x, int64_t M, const void *bias, int in_is_float, void *y, int y_is_float) {
+/* Each row of the pass's argmax from every thread's: the largest value, the lowest index holding it. */
+static void merge_best(Best *into, const Best *from, int rows) {
+    for (int m = 0; m < rows; m++) {
+        into->nan[m] |= from->nan[m];
+        if (from->value[m] > into->value[m] || (from->value[m] == into->value[m] && from->index[m] < into->index[m]))
+            into->value[m] = from->value[m], into->index[m] = from->index[m];
+    }
+}
+
+/* One pass over the weights per MAX_ROWS activation rows, writing y, or with `tokens` (y NULL)
+ * each row's first argmax of what y would hold. */
+static int products_of(int parts, const int *types, const uint8_t *const *ws, const int64_t *rows_of, int64_t K,
+                       const void *x, int64_t M, const void *bias, int in_is_float, void *y, int y_is_float,
+                       int64_t *tokens) {
     int64_t ldy = 0;
     for (int p = 0; p < parts; p++) {
         const int type = types[p] & ~TILED;
@@ -377,9 +389,41 @@ int inferd_gguf_gemv(int parts, const int *types, const uint8_t *const *ws, cons
         }
         /* One parallel region for all the parts: a thread done with its share of one part starts
          * on the next, and the threads meet once, at the region's end, not once a part. */
+        if (!tokens) {
 #pragma omp parallel
-        all_parts(parts, types, ws, rows_of, K, &a, rows, bias, in_is_float, y, ldy, y_is_float, m0);
+            all_parts(parts, types, ws, rows_of, K, &a, rows, bias, in_is_float, y, ldy, y_is_float, m0, NULL);
+        } else {
+            Best all;
+            best_init(&all);
+#pragma omp parallel
+            {
+                Best mine;
+                best_init(&mine);
+                all_parts(parts, types, ws, rows_of, K, &a, rows, bias, in_is_float, NULL, ldy, y_is_float, m0, &mine);
+#pragma omp critical(inferd_gguf_best)
+                merge_best(&all, &mine, rows);
+            }
+            for (int m = 0; m < rows; m++) tokens[m0 + m] = all.nan[m] || !isfinite(all.value[m]) ? -1 : all.index[m];
+        }
         free_rows(&a);
     }
     return 0;
+}
+
+/* y = x @ W.T where W is `parts` matrices stacked by rows (a fused projection
+ * whose tensors may differ in format), each with its own type, bytes and row
+ * count; the activations are quantized once for all of them.
+ * 0 on success; -1 out of memory; -2 an unsupported type or shape. */
+int inferd_gguf_gemv(int parts, const int *types, const uint8_t *const *ws, const int64_t *rows_of, int64_t K,
+                     const void *x, int64_t M, const void *bias, int in_is_float, void *y, int y_is_float) {
+    return products_of(parts, types, ws, rows_of, K, x, M, bias, in_is_float, y, y_is_float, NULL);
+}
+
+/* tokens[m]: the first index of row m's largest value in what inferd_gguf_gemv would write to y
+ * (float32, or bf16 where y_is_float is 0), or -1 where the row has no finite maximum (a NaN,
+ * +inf, or every value -inf), as the sampler's greedy pick finds it there; y itself is never
+ * written, nor read back. Returns as inferd_gguf_gemv. */
+int inferd_gguf_argmax(int parts, const int *types, const uint8_t *const *ws, const int64_t *rows_of, int64_t K,
+                       const void *x, int64_t M, const void *bias, int in_is_float, int y_is_float, int64_t *tokens) {
+    return products_of(parts, types, ws, rows_of, K, x, M, bias, in_is_float, NULL, y_is_float, tokens);
 }

@@ -40,6 +40,7 @@ _TILED = 0x100  # beside a part's type: its bytes are tiles
 def library(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
     return load_kernel(Path(__file__).with_name("gguf_gemv.c"), extra_flags,
                        inferd_gguf_gemv=([INT, PTR, PTR, PTR, I64, PTR, I64, PTR, INT, PTR, INT], INT),
+                       inferd_gguf_argmax=([INT, PTR, PTR, PTR, I64, PTR, I64, PTR, INT, INT, PTR], INT),
                        inferd_gguf_gemv_vectorized=([], INT),
                        inferd_gguf_to_tiles=([INT, PTR, I64, I64, PTR], INT))
 
@@ -121,6 +122,33 @@ def matmul(x: torch.Tensor, parts: Parts, bias: torch.Tensor | None = None,
            out_dtype: torch.dtype = torch.bfloat16, lib: ctypes.CDLL | None = None) -> torch.Tensor:
     """x @ W.T for x [..., K] (bf16, or float32 where the engine computes in
     it) and W the stacked `parts`; a bias is in x's dtype."""
+    flat = _checked_rows(x, parts, bias, out_dtype)
+    y = torch.empty((flat.shape[0], parts.out_features), dtype=out_dtype)
+    if flat.shape[0]:
+        _raise_for((lib or library()).inferd_gguf_gemv(
+            parts.count, parts.types, parts.pointers, parts.rows, parts.in_features, flat.data_ptr(),
+            flat.shape[0], None if bias is None else bias.data_ptr(), x.dtype == torch.float32, y.data_ptr(),
+            out_dtype == torch.float32))
+    return y.view(*x.shape[:-1], parts.out_features)
+
+
+def argmax(x: torch.Tensor, parts: Parts, bias: torch.Tensor | None = None,
+           out_dtype: torch.dtype = torch.bfloat16, lib: ctypes.CDLL | None = None) -> list[int]:
+    """Each row's first argmax of `matmul(x, parts, bias, out_dtype)`, or -1 where the
+    row has no finite maximum, without writing the product: a greedy step's token
+    from the LM head, 262,144 logits a row left unwritten and unread."""
+    flat = _checked_rows(x, parts, bias, out_dtype)
+    tokens = torch.empty(flat.shape[0], dtype=torch.int64)
+    if flat.shape[0]:
+        _raise_for((lib or library()).inferd_gguf_argmax(
+            parts.count, parts.types, parts.pointers, parts.rows, parts.in_features, flat.data_ptr(),
+            flat.shape[0], None if bias is None else bias.data_ptr(), x.dtype == torch.float32,
+            out_dtype == torch.float32, tokens.data_ptr()))
+    return tokens.tolist()
+
+
+def _checked_rows(x: torch.Tensor, parts: Parts, bias: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
+    """x as contiguous [rows, K], once its dtype, width and the bias fit the weights."""
     if x.dtype not in (torch.bfloat16, torch.float32):
         raise TypeError(f"the GGUF kernels take bf16 or float32 activations, not {x.dtype}")
     if out_dtype not in (torch.bfloat16, torch.float32):
@@ -131,16 +159,11 @@ def matmul(x: torch.Tensor, parts: Parts, bias: torch.Tensor | None = None,
         raise TypeError(f"the bias must be contiguous {x.dtype} [{parts.out_features}], "
                         f"not {bias.dtype} {tuple(bias.shape)}")
     flat = x.reshape(-1, parts.in_features)
-    if not flat.is_contiguous():
-        flat = flat.contiguous()
-    y = torch.empty((flat.shape[0], parts.out_features), dtype=out_dtype)
-    if flat.shape[0]:
-        status = (lib or library()).inferd_gguf_gemv(
-            parts.count, parts.types, parts.pointers, parts.rows, parts.in_features, flat.data_ptr(),
-            flat.shape[0], None if bias is None else bias.data_ptr(), x.dtype == torch.float32, y.data_ptr(),
-            out_dtype == torch.float32)
-        if status == -1:
-            raise MemoryError("the GGUF kernel could not allocate its activation buffers")
-        if status:
-            raise ValueError("the GGUF kernel refused its weights")
-    return y.view(*x.shape[:-1], parts.out_features)
+    return flat if flat.is_contiguous() else flat.contiguous()
+
+
+def _raise_for(status: int) -> None:
+    if status == -1:
+        raise MemoryError("the GGUF kernel could not allocate its activation buffers")
+    if status:
+        raise ValueError("the GGUF kernel refused its weights")

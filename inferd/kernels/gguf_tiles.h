@@ -269,13 +269,25 @@ static void tile_rows_portable(const int type, const uint8_t *tile, const Acts *
  * costs what the wider dot products save. */
 static inline int tile_span_of(const int type) { return TILES_WIDE && is_k(type) ? 2 : 1; }
 
+/* A tile's 8 float32 outputs v for activation row m, the first at output n0, into the thread's
+ * argmax: one comparison of all 8 with the best so far; only one at least as large (a tie may
+ * be at a lower index) or a NaN takes the scalar path. */
+static inline void best_keep_tile(Best *b, const int m, const int64_t n0, const float *v) {
+#if TILES_VECTORIZED
+    const __m256 x = _mm256_loadu_ps(v);
+    if (!_mm256_movemask_ps(_mm256_cmp_ps(x, _mm256_set1_ps(b->value[m]), _CMP_NLT_UQ))) return;
+#endif
+    for (int r = 0; r < TILE; r++) best_keep(b, m, n0 + r, v[r]);
+}
+
 /* Every output row of a tiled tensor of N rows for M activation rows (a constant once inlined),
  * a span of tiles at a time (an odd tensor's last span of two has its one tile twice). Called
  * by every thread of a parallel region (inferd_gguf_gemv's), which share its spans and go on
- * to the next tensor without waiting. */
+ * to the next tensor without waiting. With `best`, the outputs (as y would hold them) update
+ * the thread's argmax of each row instead of being written. */
 INLINE void tile_products(const int type, const uint8_t *w, const int64_t N, const Acts *a, const int M,
                           const void *bias, const int in_is_float, void *y, const int64_t ldy, const int y_is_float,
-                          const int64_t row0) {
+                          const int64_t row0, Best *best) {
     const int64_t tiles = N / TILE, tile_bytes = TILE * inferd_gguf_tiled_row_bytes(type, a->K);
     const int width = tile_span_of(type);
     const int64_t spans = (tiles + width - 1) / width, chunk = work_chunk(spans);
@@ -297,12 +309,18 @@ INLINE void tile_products(const int type, const uint8_t *w, const int64_t N, con
             tile_rows_portable(type, tile, a, m0, M - m0 < TILE_PASS_ROWS ? M - m0 : TILE_PASS_ROWS, out + m0 * TILE);
 #endif
         for (int s = 0; s < width && t0 + s < tiles; s++) {
+            if (best && !bias && y_is_float) { /* the outputs as computed: a tile's 8 at a time */
+                for (int m = 0; m < M; m++) best_keep_tile(best, m, best->base + (t0 + s) * TILE, out + (m * width + s) * TILE);
+                continue;
+            }
             for (int m = 0; m < M; m++) {
                 for (int r = 0; r < TILE; r++) {
                     const int64_t n = (t0 + s) * TILE + r;
                     const float sum = out[(m * width + s) * TILE + r];
                     const float v = bias ? sum + input_at(bias, in_is_float, n) : sum;
-                    if (y_is_float)
+                    if (best)
+                        best_keep(best, m, best->base + n, y_is_float ? v : round_bf16(v));
+                    else if (y_is_float)
                         ((float *)y)[(row0 + m) * ldy + n] = v;
                     else
                         ((uint16_t *)y)[(row0 + m) * ldy + n] = float_to_bf16(v);

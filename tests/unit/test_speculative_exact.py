@@ -50,7 +50,7 @@ def logits_by_position(engine: Engine, prompt: list[int], params: SamplingParams
     computed = []  # (position, drafts before the row, logits)
     real_run = engine.runner.run
 
-    def run(batch):
+    def run(batch, argmax_only=None):  # every step's logits: none taken by the head's argmax
         result = real_run(batch)
         row = 0
         for req in result.sampling:
@@ -117,11 +117,11 @@ def test_a_verification_beside_a_prefill_keeps_its_rows_exact(gguf_model):
     mixed_steps = 0
     real_run = engine.runner.run
 
-    def run(batch):
+    def run(batch, argmax_only=None):
         nonlocal mixed_steps
         shapes = {req.request_id: (n, len(req.draft_token_ids)) for req, n in zip(batch.requests, batch.num_new_tokens)}
         mixed_steps += shapes.get("first", (0, 0))[1] > 0 and shapes.get("second", (0, 0))[0] > 1
-        return real_run(batch)
+        return real_run(batch, argmax_only)
 
     engine.runner.run = run
     engine.add_request(EngineRequest("first", prompt, params))

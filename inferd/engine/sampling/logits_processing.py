@@ -19,6 +19,15 @@ if TYPE_CHECKING:
     from inferd.engine.sampling.sampler import SampleRow
 
 
+def adjusts_logits(row: SampleRow) -> bool:
+    """Some stage of `process_logits` changes this row's logits this step."""
+    params = row.params
+    return (row.forced_token is not None or row.grammar is not None or bool(params.logit_bias)
+            or params.repetition_penalty != 1.0
+            or ((params.presence_penalty != 0.0 or params.frequency_penalty != 0.0) and len(row.output_token_ids) > 0)
+            or len(row.output_token_ids) < params.min_tokens)
+
+
 def process_logits(
     logits: torch.Tensor, rows: Sequence[SampleRow], out: torch.Tensor | None = None
 ) -> torch.Tensor:

@@ -31,7 +31,7 @@ import torch
 
 from inferd.engine.outputs import TokenLogprobs
 from inferd.engine.sampling.errors import NoValidTokenError, SamplerError
-from inferd.engine.sampling.logits_processing import process_logits
+from inferd.engine.sampling.logits_processing import adjusts_logits, process_logits
 from inferd.engine.sampling.post_sampling import post_sampling_logprobs
 from inferd.engine.sampling.vocab_blocks import block_maxima, draw_full, draw_truncated, first_argmax, top_entries
 from inferd.engine.sampling_params import SamplingParams
@@ -52,6 +52,13 @@ class SampleRow:
     eos_token_ids: frozenset[int]  # masked, with stop_token_ids, until min_tokens is reached
     forced_token: int | None = None  # the only token allowed this step (a spent thinking budget)
     grammar: GrammarConstraint | None = None  # masks the tokens it disallows
+
+
+def argmax_is_enough(row: SampleRow) -> bool:
+    """The row's token is the first argmax of the model's logits as they are: a greedy
+    row that asks for no logprobs and whose logits no stage adjusts. A step of such
+    rows alone can take its tokens from the LM head without writing the logits."""
+    return row.params.greedy and row.params.logprobs is None and not adjusts_logits(row)
 
 
 @dataclass
