@@ -1,4 +1,6 @@
-"""Turns a scheduled batch into one forward pass and the logits to sample.
+"""Turns a scheduled batch into one forward pass and the logits to sample (or,
+where every sampling request needs only its argmax and the head finds it as it
+computes, the tokens themselves).
 
 Rows are ordered decodes first (one token each, grouped by padded context
 length), then prefill chunks. A request verifying speculative drafts
