@@ -168,3 +168,12 @@ def hf_pieces(arch: str):
     with torch.device("meta"):  # only the names and shapes are needed
         model = model_cls(config_cls(**structural))
     return cfg, config_cls, model_cls, random_state(model, seed=len(arch))
+
+
+def write_kernel_gguf(path, arch: str, qtype_by_projection: dict[str, Q]) -> None:
+    """A tiny `arch` GGUF whose projections (by Hugging Face name part: "q_proj", "lm_head", ...)
+    are in the given block formats, weights scaled down so that int8 activations stay in range."""
+    cfg, _, _, state = hf_pieces(arch)
+    state = {name: tensor / 16 for name, tensor in state.items()}
+    qtypes = {name: qtype for name in state for part, qtype in qtype_by_projection.items() if f"{part}." in name}
+    write_gguf(path, arch, cfg, state, qtypes)

@@ -10,7 +10,7 @@ import collections
 import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
-from gguf_models import hf_pieces, write_gguf
+from gguf_models import write_kernel_gguf
 
 from inferd.config import EngineConfig
 from inferd.engine.engine import Engine
@@ -27,11 +27,8 @@ QTYPES = {"q_proj": Q.Q5_0, "k_proj": Q.Q8_0, "v_proj": Q.Q8_0, "o_proj": Q.Q4_0
 @pytest.fixture(scope="module", params=[("gemma3", "bfloat16"), ("llama", "float32")], ids=["gemma3", "llama-float32"])
 def gguf_model(request, tmp_path_factory):
     arch, dtype = request.param
-    cfg, _, _, state = hf_pieces(arch)
-    state = {name: tensor / 16 for name, tensor in state.items()}
-    qtypes = {name: qtype for name in state for part, qtype in QTYPES.items() if f"{part}." in name}
     path = tmp_path_factory.mktemp("gguf") / f"{arch}.gguf"
-    write_gguf(path, arch, cfg, state, qtypes)
+    write_kernel_gguf(path, arch, QTYPES)
     return load_model(str(path), dtype=dtype, data_dir=str(tmp_path_factory.mktemp("data")))
 
 
