@@ -40,12 +40,14 @@ _FUSED_PARTS = {"qkv_proj": 3, "gate_up_proj": 2}
 
 def keeps_dense_copies(dtype: torch.dtype) -> bool:
     """Whether the projections keep a dense copy in `dtype` for many rows (a
-    prefill chunk). Only bf16 on AMX tiles computes a chunk faster than the
-    integer products over the file's blocks (1.8x, bundled model, 2 cores);
-    without AMX the products win (AVX-512 BF16: 1.5-1.7x; float32 on AVX2:
-    as fast or faster), and the copy only costs memory. The portable build,
-    whose products are scalar C, keeps one too. BENCHMARKS.md, session 14."""
-    return not gguf_gemv.vectorized() or (dtype == torch.bfloat16 and isa.amx_bf16())
+    prefill chunk). Only bf16 where oneDNN runs it at full rate computes a
+    chunk faster than the integer products over the file's blocks (AMX tiles:
+    1.8x; AMD's AVX512-BF16: 1.2-1.4x; bundled model, 2 cores); elsewhere the
+    products win (Intel's AVX-512 BF16 without AMX: 1.5-1.7x; float32 on
+    AVX2: as fast or faster), and the copy only costs memory. The portable
+    build, whose products are scalar C, keeps one too. BENCHMARKS.md,
+    sessions 14 and 18."""
+    return not gguf_gemv.vectorized() or (dtype == torch.bfloat16 and isa.fast_bf16_matmul())
 
 
 def blocks_label(dtype: torch.dtype) -> str:

@@ -7,7 +7,7 @@ bytes: the weights are exactly the file's, read at their stored size
 block formats, so it keeps one part per source tensor, each writing its own
 columns of the output.
 Prefill, bound by compute rather than bytes, uses the dense weight where
-the model keeps one (bf16 on AMX, or the portable build: the file's values
+the model keeps one (bf16 on AMX or AMD's AVX512-BF16, or the portable build: the file's values
 in the engine dtype, packed for oneDNN where that applies;
 `file_blocks.keeps_dense_copies`), except for the leading rows a step
 marks as lone decode rows

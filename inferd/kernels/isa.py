@@ -15,6 +15,7 @@ import platform
 from pathlib import Path
 
 ISAS = ("avx512", "avx2", "portable")  # best first
+_CPUINFO = Path("/proc/cpuinfo")
 
 _REQUIRED_FLAGS = {
     "avx512": {"avx512f", "avx512bw", "avx512vl", "avx2", "fma", "f16c"},
@@ -29,13 +30,24 @@ class IsaError(ValueError):
 
 @functools.cache
 def cpu_flags() -> frozenset[str]:
+    flags = _cpuinfo_field(("flags", "Features"))
+    return frozenset(flags.split()) if flags else frozenset()
+
+
+@functools.cache
+def cpu_vendor() -> str:
+    """x86's vendor_id ("GenuineIntel", "AuthenticAMD"), or "" elsewhere."""
+    return _cpuinfo_field(("vendor_id",)) or ""
+
+
+def _cpuinfo_field(names: tuple[str, ...]) -> str | None:
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return frozenset(line.split(":", 1)[1].split())
+        for line in _CPUINFO.read_text().splitlines():
+            if line.startswith(names):
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return frozenset()
+    return None
 
 
 def runnable() -> tuple[str, ...]:
@@ -79,6 +91,22 @@ def amx_bf16(flags: frozenset[str] | None = None) -> bool:
     held = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
     return ("amx_bf16" in flags and selected() == runnable()[0]
             and (held in ("", "ALL", "DEFAULT") or "AMX" in held))
+
+
+def fast_bf16_matmul(flags: frozenset[str] | None = None, vendor: str | None = None) -> bool:
+    """Whether oneDNN's bf16 matrix products compute a prompt faster than the
+    integer products over a GGUF's blocks: on AMX tiles, or on AMD's
+    AVX512-BF16 (Zen 4 on: 1.2-1.4x faster than the blocks, bundled model,
+    2 cores). Intel's AVX512-BF16 without the tiles is 1.7x slower than the
+    blocks (BENCHMARKS.md, sessions 14 and 18). As for `amx_bf16`, the build
+    in use must be the CPU's own and oneDNN not held below bf16."""
+    flags = cpu_flags() if flags is None else flags
+    vendor = cpu_vendor() if vendor is None else vendor
+    if amx_bf16(flags):
+        return True
+    held = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    return (vendor == "AuthenticAMD" and "avx512_bf16" in flags and selected() == runnable()[0]
+            and (held in ("", "ALL", "DEFAULT") or "BF16" in held or "AMX" in held))
 
 
 def march_flags(isa: str) -> list[str]:

@@ -62,6 +62,40 @@ def test_amx_counts_where_the_cpu_has_it_and_neither_the_build_nor_onednn_is_hel
     assert not isa.amx_bf16()
 
 
+ZEN4 = frozenset({"avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_vnni"})
+
+
+def test_onednns_bf16_beats_the_blocks_on_amx_and_on_amds_avx512_bf16(cpu, monkeypatch):
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    for flags, vendor, want in ((SAPPHIRE_RAPIDS, "GenuineIntel", True), (ZEN4, "AuthenticAMD", True),
+                                (COOPER_LAKE, "GenuineIntel", False), (ZEN3, "AuthenticAMD", False),
+                                (SKYLAKE_SERVER, "GenuineIntel", False)):
+        cpu(flags)
+        assert isa.fast_bf16_matmul(vendor=vendor) is want, (sorted(flags), vendor)
+    cpu(ZEN4)
+    for held, want in (("AVX512_CORE_BF16", True), ("ALL", True), ("AVX512_CORE", False), ("AVX2", False)):
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", held)
+        assert isa.fast_bf16_matmul(vendor="AuthenticAMD") is want, held
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    cpu(ZEN4, "avx2")  # stands for an AVX2 CPU
+    assert not isa.fast_bf16_matmul(vendor="AuthenticAMD")
+
+
+def test_the_vendor_and_flags_are_read_from_cpuinfo(tmp_path, monkeypatch):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nflags\t\t: fpu avx2 avx512_bf16\n")
+    monkeypatch.setattr(isa, "_CPUINFO", cpuinfo)
+    isa.cpu_vendor.cache_clear(), isa.cpu_flags.cache_clear()
+    try:
+        assert isa.cpu_vendor() == "AuthenticAMD"
+        assert isa.cpu_flags() == {"fpu", "avx2", "avx512_bf16"}
+        cpuinfo.write_text("processor\t: 0\nFeatures\t: fp asimd bf16\n")  # Arm: no vendor_id
+        isa.cpu_vendor.cache_clear(), isa.cpu_flags.cache_clear()
+        assert isa.cpu_vendor() == "" and isa.cpu_flags() == {"fp", "asimd", "bf16"}
+    finally:
+        isa.cpu_vendor.cache_clear(), isa.cpu_flags.cache_clear()
+
+
 def test_arm_with_bf16_and_without(monkeypatch):
     monkeypatch.setattr(isa.platform, "machine", lambda: "aarch64")
     monkeypatch.delenv("INFERD_ISA", raising=False)

@@ -97,11 +97,11 @@ def test_every_quantized_projection_computes_the_files_values(tmp_path, arch):
 
 @pytest.fixture
 def amx(monkeypatch):
-    """Pretend bf16 matrix products run on AMX tiles, or not."""
-    return lambda present: monkeypatch.setattr(isa, "amx_bf16", lambda flags=None: present)
+    """Pretend oneDNN's bf16 matrix products run at full rate (AMX tiles, AMD's AVX512-BF16), or not."""
+    return lambda present: monkeypatch.setattr(isa, "fast_bf16_matmul", lambda flags=None, vendor=None: present)
 
 
-def test_only_bf16_on_amx_and_the_portable_build_keep_dense_copies(amx, monkeypatch):
+def test_only_full_rate_bf16_and_the_portable_build_keep_dense_copies(amx, monkeypatch):
     for present, vector, want in ((True, True, {torch.bfloat16}), (False, True, set()),
                                   (True, False, {torch.bfloat16, torch.float32}),
                                   (False, False, {torch.bfloat16, torch.float32})):

@@ -90,7 +90,7 @@ def test_dense_models_keep_the_modules(tiny_model_dir):
 
 
 def test_steps_with_a_prefill_or_too_many_rows_keep_the_modules(files, monkeypatch):
-    monkeypatch.setattr(isa, "amx_bf16", lambda flags=None: True)  # where bf16 models keep dense copies
+    monkeypatch.setattr(isa, "fast_bf16_matmul", lambda flags=None, vendor=None: True)  # bf16 keeps dense copies
     loaded = load_model(str(files["gemma3"]), dtype="bfloat16")
     plan = FusedDecode.build(loaded.model)
     assert plan is not None and plan.max_rows == gguf_gemv.MAX_ROWS  # one pass of the kernel
