@@ -96,24 +96,24 @@ def test_every_quantized_projection_computes_the_files_values(tmp_path, arch):
 
 
 @pytest.fixture
-def amx(monkeypatch):
+def full_rate_bf16(monkeypatch):
     """Pretend oneDNN's bf16 matrix products run at full rate (AMX tiles, AMD's AVX512-BF16), or not."""
     return lambda present: monkeypatch.setattr(isa, "fast_bf16_matmul", lambda flags=None, vendor=None: present)
 
 
-def test_only_full_rate_bf16_and_the_portable_build_keep_dense_copies(amx, monkeypatch):
+def test_only_full_rate_bf16_and_the_portable_build_keep_dense_copies(full_rate_bf16, monkeypatch):
     for present, vector, want in ((True, True, {torch.bfloat16}), (False, True, set()),
                                   (True, False, {torch.bfloat16, torch.float32}),
                                   (False, False, {torch.bfloat16, torch.float32})):
-        amx(present)
+        full_rate_bf16(present)
         monkeypatch.setattr(gguf_gemv, "vectorized", lambda: vector)
         assert {d for d in (torch.bfloat16, torch.float32) if keeps_dense_copies(d)} == want, (present, vector)
         assert {d for d in (torch.bfloat16, torch.float32)
                 if not blocks_label(d).endswith("-blocks-only")} == want  # a cache entry of its own
 
 
-def test_many_rows_use_the_dense_weights_where_amx_keeps_them(tmp_path, amx):
-    amx(True)
+def test_many_rows_use_the_dense_weights_where_full_rate_bf16_keeps_them(tmp_path, full_rate_bf16):
+    full_rate_bf16(True)
     path = written(tmp_path, "gemma3")
     with_blocks, plain = loaded(path, blocks=True), loaded(path, blocks=False)
     x = torch.randn(max(LAYER_DENSE_FROM, HEAD_DENSE_FROM), 64).to(torch.bfloat16)
@@ -147,13 +147,13 @@ def test_gguf_files_default_to_their_own_blocks_and_other_models_to_bf16(tmp_pat
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_without_amx_no_dense_copies_and_every_row_from_the_blocks(tmp_path, amx, dtype):
+def test_without_full_rate_bf16_no_dense_copies_and_every_row_from_the_blocks(tmp_path, full_rate_bf16, dtype):
     """In float32 (no native bf16) and in bf16 without AMX nothing keeps a
     dense copy: decode rows and prefill chunks alike read the file's blocks,
     and a row's result is the one it gets alone."""
     if not gguf_gemv.vectorized():
         pytest.skip("the portable build keeps dense copies")
-    amx(False)
+    full_rate_bf16(False)
     path = written(tmp_path, "gemma3")
     dense = {name: tensor.double() for name, tensor in iter_gguf_tensors(path, torch.float32)}
     net = loaded(path, blocks=True, dtype=dtype)
