@@ -88,9 +88,7 @@ def amx_bf16(flags: frozenset[str] | None = None) -> bool:
     build in use is its own, and oneDNN is not held below them
     (ONEDNN_MAX_CPU_ISA, which can make this machine stand for one without)."""
     flags = cpu_flags() if flags is None else flags
-    held = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
-    return ("amx_bf16" in flags and selected() == runnable()[0]
-            and (held in ("", "ALL", "DEFAULT") or "AMX" in held))
+    return "amx_bf16" in flags and selected() == runnable()[0] and _onednn_reaches("AMX")
 
 
 def fast_bf16_matmul(flags: frozenset[str] | None = None, vendor: str | None = None) -> bool:
@@ -104,9 +102,14 @@ def fast_bf16_matmul(flags: frozenset[str] | None = None, vendor: str | None = N
     vendor = cpu_vendor() if vendor is None else vendor
     if amx_bf16(flags):
         return True
-    held = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
     return (vendor == "AuthenticAMD" and "avx512_bf16" in flags and selected() == runnable()[0]
-            and (held in ("", "ALL", "DEFAULT") or "BF16" in held or "AMX" in held))
+            and _onednn_reaches("BF16", "AMX"))
+
+
+def _onednn_reaches(*names: str) -> bool:
+    """ONEDNN_MAX_CPU_ISA is unset, or holds oneDNN at an ISA named with one of `names`."""
+    held = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    return held in ("", "ALL", "DEFAULT") or any(name in held for name in names)
 
 
 def march_flags(isa: str) -> list[str]:
