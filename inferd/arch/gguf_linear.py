@@ -44,6 +44,7 @@ class GGUFLinear(nn.Module):
         self.packed_dense = None  # set by arch.quantize.pack_for_cpu; replaces `dense`
         self.kernel_out_dtype = dtype  # an LM head asks for float32 logits
         self._parts: gguf_gemv.Parts | None = None  # built on first use: a state dict may replace the buffers
+        self._screen: gguf_gemv.HeadScreen | None = None  # likewise; a Q8_0 head's, where it pays (`screen`)
 
     @classmethod
     def from_parts(cls, raws: list[tuple[str, torch.Tensor]], dense: torch.Tensor, bias: torch.Tensor | None,
@@ -79,6 +80,9 @@ class GGUFLinear(nn.Module):
         rows = x.numel() // self.in_features
         if self.dense_from_rows is not None and rows >= self.dense_from_rows and leading_decode_rows() < rows:
             return None
+        screen = self.screen()
+        if screen is not None:
+            return screen.argmax(x, self.kernel_out_dtype)
         return gguf_gemv.argmax(x, self.parts(), self.bias, self.kernel_out_dtype)
 
     def _blocks(self, x: torch.Tensor) -> torch.Tensor:
@@ -90,7 +94,7 @@ class GGUFLinear(nn.Module):
 
     def forget_parts(self) -> None:
         """Call after replacing a block buffer: the kernel's view is built again on next use."""
-        self._parts = None
+        self._parts = self._screen = None
 
     def parts(self) -> gguf_gemv.Parts:
         """The kernel's view of the weights, built on first use."""
@@ -99,6 +103,14 @@ class GGUFLinear(nn.Module):
             self._parts = gguf_gemv.Parts(raws, self.in_features,
                                           [gguf_gemv.tiled(block_format, raw.shape[0]) for block_format, raw in raws])
         return self._parts
+
+    def screen(self) -> gguf_gemv.HeadScreen | None:
+        """The screen a greedy pick reads first (`gguf_gemv.HeadScreen`), built on first use: for a
+        Q8_0 head without bias, on builds whose dot products take Q8_0's signed bytes the slow way."""
+        if self._screen is None and self.formats == ["Q8_0"] and self.bias is None and gguf_gemv.screen_pays() \
+                and gguf_gemv.tiled("Q8_0", self.out_features) and self.raw0.device.type == "cpu":
+            self._screen = gguf_gemv.HeadScreen(self.raw0, self.in_features)
+        return self._screen
 
     def extra_repr(self) -> str:
         dense = "" if self.dense is None and self.packed_dense is None else f", dense_from_rows={self.dense_from_rows}"

@@ -53,6 +53,15 @@ static inline void best_keep(Best *b, int m, int64_t n, float v) {
         b->value[m] = v, b->index[m] = n;
 }
 
+/* Each row of the pass's argmax from every thread's: the largest value, the lowest index holding it. */
+static inline void merge_best(Best *into, const Best *from, int rows) {
+    for (int m = 0; m < rows; m++) {
+        into->nan[m] |= from->nan[m];
+        if (from->value[m] > into->value[m] || (from->value[m] == into->value[m] && from->index[m] < into->index[m]))
+            into->value[m] = from->value[m], into->index[m] = from->index[m];
+    }
+}
+
 /* One input of bf16 or float32 activations (or bias). */
 static inline float input_at(const void *x, int is_float, int64_t i) {
     return is_float ? ((const float *)x)[i] : bf16_to_float(((const uint16_t *)x)[i]);

@@ -44,8 +44,18 @@
 
 #include "gguf_common.h"
 #include "gguf_tiles.h"
+#include "head_screen.h"
 
 int inferd_gguf_gemv_vectorized(void) { return VECTORIZED; }
+
+/* A Q8_0 head's greedy pick pays for reading its screen first (head_screen.h): on vector builds
+ * whose dot products take signed bytes by the sign trick (no VNNI), the screen's small unsigned
+ * weights need half the instructions; with VNNI both are as fast and the screen only adds work. */
+#if TILES_VECTORIZED && Q8_OFFSET == 0
+int inferd_gguf_screen_pays(void) { return 1; }
+#else
+int inferd_gguf_screen_pays(void) { return 0; }
+#endif
 
 #if VECTORIZED
 /* Eight int32 sums of four u8 x s8 products each (u <= 128, so AVX2's int16 pairs cannot saturate). */
@@ -356,15 +366,6 @@ static void all_parts(int parts, const int *types, const uint8_t *const *ws, con
     }
 }
 
-/* Each row of the pass's argmax from every thread's: the largest value, the lowest index holding it. */
-static void merge_best(Best *into, const Best *from, int rows) {
-    for (int m = 0; m < rows; m++) {
-        into->nan[m] |= from->nan[m];
-        if (from->value[m] > into->value[m] || (from->value[m] == into->value[m] && from->index[m] < into->index[m]))
-            into->value[m] = from->value[m], into->index[m] = from->index[m];
-    }
-}
-
 /* One pass over the weights per MAX_ROWS activation rows, writing y, or with `tokens` (y NULL)
  * each row's first argmax of what y would hold. */
 static int products_of(int parts, const int *types, const uint8_t *const *ws, const int64_t *rows_of, int64_t K,
@@ -426,4 +427,43 @@ int inferd_gguf_gemv(int parts, const int *types, const uint8_t *const *ws, cons
 int inferd_gguf_argmax(int parts, const int *types, const uint8_t *const *ws, const int64_t *rows_of, int64_t K,
                        const void *x, int64_t M, const void *bias, int in_is_float, int y_is_float, int64_t *tokens) {
     return products_of(parts, types, ws, rows_of, K, x, M, bias, in_is_float, NULL, y_is_float, tokens);
+}
+
+/* The screen of a head of N rows of K inputs in Q8_0 tiles (see head_screen.h), into
+ * `screen`: N rows of inferd_gguf_tiled_row_bytes(Q5_0, K). 0, or -2 for another shape. */
+int inferd_gguf_screen_of(const uint8_t *head, int64_t N, int64_t K, uint8_t *screen) {
+    if (!inferd_gguf_tiled(Q8_0, N) || K < GROUP || K % GROUP) return -2;
+    screen_of(head, N, K, screen);
+    return 0;
+}
+
+/* inferd_gguf_argmax's tokens for a head of N rows of K inputs in Q8_0 tiles, no bias,
+ * found through its screen (head_screen.h). scratch: N / 8 * MAX_ROWS floats, then
+ * N / 8 int32. Returns as inferd_gguf_argmax, but 1 where some pass of MAX_ROWS rows
+ * computed the whole head instead (still with its tokens). */
+int inferd_gguf_screened_argmax(const uint8_t *head, const uint8_t *screen, int64_t N, int64_t K, const void *x,
+                                int64_t M, int in_is_float, int y_is_float, void *scratch, int64_t *tokens) {
+    if (!inferd_gguf_tiled(Q8_0, N) || K < GROUP || K % GROUP || M < 1) return -2;
+    const int64_t tiles = N / TILE;
+    float *top = scratch;
+    int32_t *kept = (int32_t *)(top + tiles * MAX_ROWS);
+    const int type = Q8_0 | TILED;
+    int whole_head = 0;
+    for (int64_t m0 = 0; m0 < M; m0 += MAX_ROWS) {
+        const int rows = (int)(M - m0 < MAX_ROWS ? M - m0 : MAX_ROWS);
+        const void *xm = in_is_float ? (const void *)((const float *)x + m0 * K) : (const void *)((const uint16_t *)x + m0 * K);
+        Acts a;
+        if (quantize_rows(xm, in_is_float, rows, K, &a)) {
+            free_rows(&a);
+            return -1;
+        }
+        const int whole = screened_pass(head, screen, tiles, &a, rows, y_is_float, top, kept, tokens + m0);
+        free_rows(&a);
+        if (whole) {
+            const int status = products_of(1, &type, &head, &N, K, xm, rows, NULL, in_is_float, NULL, y_is_float, tokens + m0);
+            if (status) return status;
+            whole_head = 1;
+        }
+    }
+    return whole_head;
 }
