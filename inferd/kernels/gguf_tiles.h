@@ -313,6 +313,20 @@ INLINE void tile_products(const int type, const uint8_t *w, const int64_t N, con
                 for (int m = 0; m < M; m++) best_keep_tile(best, m, best->base + (t0 + s) * TILE, out + (m * width + s) * TILE);
                 continue;
             }
+#if TILES_VECTORIZED
+            if (!best) { /* a tile's 8 outputs at a time: the bias added and bf16 rounded as the scalar path does */
+                const int64_t n0 = (t0 + s) * TILE;
+                for (int m = 0; m < M; m++) {
+                    __m256 v = _mm256_loadu_ps(out + (m * width + s) * TILE);
+                    if (bias) v = _mm256_add_ps(v, inputs8(bias, in_is_float, n0));
+                    if (y_is_float)
+                        _mm256_storeu_ps((float *)y + (row0 + m) * ldy + n0, v);
+                    else
+                        bf16_store8((uint16_t *)y + (row0 + m) * ldy + n0, v);
+                }
+                continue;
+            }
+#endif
             for (int m = 0; m < M; m++) {
                 for (int r = 0; r < TILE; r++) {
                     const int64_t n = (t0 + s) * TILE + r;

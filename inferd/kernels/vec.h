@@ -10,6 +10,7 @@
 #define INFERD_VEC_H
 
 #include <stdint.h>
+#include "bf16.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -93,18 +94,8 @@ static inline vf vf_round_int(vf x) { return _mm256_round_ps(x, _MM_FROUND_TO_NE
 static inline vf vf_load_bf16(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
-static inline __m256i vf_bf16_bits(vf v) {
-    __m256i u = _mm256_castps_si256(v), high = _mm256_srli_epi32(u, 16);
-    __m256i rounded = _mm256_srli_epi32(
-        _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(high, _mm256_set1_epi32(1)))), 16);
-    /* |u| above inf's bits is a NaN; both sides are non-negative, so the signed compare holds */
-    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-    return _mm256_blendv_epi8(rounded, _mm256_or_si256(high, _mm256_set1_epi32(0x40)), nan);
-}
-static inline void vf_store_bf16(uint16_t *p, vf v) {
-    __m256i bits = vf_bf16_bits(v); /* every lane <= 0xffff: the unsigned saturating pack only narrows */
-    _mm_storeu_si128((__m128i *)p, _mm_packus_epi32(_mm256_castsi256_si128(bits), _mm256_extracti128_si256(bits, 1)));
-}
+static inline __m256i vf_bf16_bits(vf v) { return bf16_bits8(v); }
+static inline void vf_store_bf16(uint16_t *p, vf v) { bf16_store8(p, v); }
 static inline vf vf_round_bf16(vf v) { return _mm256_castsi256_ps(_mm256_slli_epi32(vf_bf16_bits(v), 16)); }
 
 #else
