@@ -1,6 +1,6 @@
 """The GGUF kernels in the file's row order against tiles of 8 rows, alone.
 
-    python benchmarks/gguf_tiles.py [--isa avx512 avx2 portable] [--rows 1 4 8] [--baseline TREE]
+    python benchmarks/gguf_tiles.py [--isa avx512 avx2 portable] [--rows 1 4 8] [--baseline TREE] [--dtype bfloat16]
 
 For each block format of the bundled model at its shapes (the Q8_0 head,
 Q5_0 and Q4_K and Q6_K projections; and a Q5_K one, as Q5_K_M files have), enough copies of the weights to stream
@@ -44,11 +44,12 @@ def random_rows(block_format: str, n: int, k: int, rng: np.random.Generator) -> 
 
 
 def fastest(x: torch.Tensor, parts: list[gguf_gemv.Parts], lib) -> float:
+    """Activations and outputs in x's dtype, as a decode step in that dtype has them."""
     times = []
     for _ in range(5):
         start = time.perf_counter()
         for p in parts:
-            gguf_gemv.matmul(x, p, out_dtype=torch.float32, lib=lib)
+            gguf_gemv.matmul(x, p, out_dtype=x.dtype, lib=lib)
         times.append((time.perf_counter() - start) / len(parts))
     return min(times)
 
@@ -58,7 +59,10 @@ def main() -> None:
     parser.add_argument("--isa", nargs="+", default=list(isa.runnable()[:2]))
     parser.add_argument("--rows", nargs="+", type=int, default=[1, 4, 8])
     parser.add_argument("--baseline", type=Path, default=None, help="another checkout: its tile kernels against these")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                        help="activations and outputs (bfloat16: an engine computing in bf16, as on AVX-512 BF16)")
     args = parser.parse_args()
+    args.dtype = getattr(torch, args.dtype)
     if args.baseline:
         return against_baseline(args)
     torch.set_num_threads(2)
@@ -74,7 +78,7 @@ def main() -> None:
                      for raw in raws]
             megabytes = raws[0].numel() / 1e6
             for rows in args.rows:
-                x = torch.randn(rows, k)
+                x = torch.randn(rows, k).to(args.dtype)
                 a, b = fastest(x, plain, lib), fastest(x, tiled, lib)
                 print(f"{name:<9}{label:<24}{block_format:<7}{rows:>5}{a * 1e6:>8.0f} us{megabytes / a / 1e3:>4.0f}"
                       f"{b * 1e6:>8.0f} us{megabytes / b / 1e3:>4.0f}{a / b:>9.2f}x")
@@ -110,12 +114,12 @@ def against_baseline(args) -> None:
             raws = [random_rows(block_format, n, k, rng) for _ in range(copies)]
             tiled = {side: [tiled_parts(lib, block_format, raw, k) for raw in raws] for side, lib in libs.items()}
             for rows in args.rows:
-                x = torch.randn(rows, k)
+                x = torch.randn(rows, k).to(args.dtype)
                 best = {side: float("inf") for side in libs}
                 for r in range(3):  # which side goes first alternates
                     for side in list(libs)[:: 1 if r % 2 == 0 else -1]:
                         best[side] = min(best[side], fastest(x, tiled[side], libs[side]))
-                same = torch.equal(*(gguf_gemv.matmul(x, tiled[side][0], out_dtype=torch.float32, lib=lib)
+                same = torch.equal(*(gguf_gemv.matmul(x, tiled[side][0], out_dtype=x.dtype, lib=lib)
                                      for side, lib in libs.items()))
                 print(f"{name:<9}{label:<24}{block_format:<7}{rows:>5}{best['baseline'] * 1e6:>9.0f} us"
                       f"{best['this tree'] * 1e6:>9.0f} us{best['baseline'] / best['this tree']:>9.2f}x  {same}")
