@@ -7,7 +7,7 @@
  * times its screen sum s differ by sum_g d_g dx_g sum_i l_i x_i, which lies in
  * [0, 7 sum_g d_g pos_g], pos_g the group's positive quantized activations summed (and
  * scaled by dx_g): e <= 8 s + U. U also covers both sums' float rounding (abs_g / 128 a
- * group, about 8 times what 20 groups' fused multiply-adds can err by).
+ * group, over ten times what 20 groups' fused multiply-adds can err by).
  *
  * One pass over the screen gives every row's bound U and each activation row's probe
  * (its largest s + U); the probe's logit computed from the file's blocks is a value the
