@@ -172,8 +172,8 @@ class ModelRunner:
             for row, table in enumerate(tables[start:end]):  # each row's table, padded with block 0
                 group_tables[row, :len(table)] = table
             full = self._gather_view(group_tables, lengths, np.zeros_like(lengths), width)
-            sliding = None
-            if self.window is not None:
+            sliding = None  # the full view serves sliding layers too: a window wider than the group's
+            if self.window is not None and width > self.window:
                 starts = np.maximum(lengths - self.window, 0)
                 sliding = self._gather_view(group_tables, lengths, starts, min(self.window, width))
             groups.append(DecodeGroup(start, end, full, sliding))
