@@ -24,6 +24,8 @@ from hypothesis import settings
 
 from tiny_models import write_tiny_model
 
+from inferd.kernels import gguf_gemv, isa
+
 # Property tests draw the same examples every run, so CI is reproducible;
 # HYPOTHESIS_PROFILE=explore draws fresh ones when hunting for bugs.
 settings.register_profile("ci", derandomize=True)
@@ -131,6 +133,15 @@ def model_store_of_the_session(tmp_path_factory):
     """In-process servers and commands that name no --data-dir keep their model store
     here, not in the user's home (a real `inferd serve` in a test gets a --data-dir)."""
     os.environ["INFERD_DATA_DIR"] = str(tmp_path_factory.mktemp("inferd-data"))
+
+
+@pytest.fixture(scope="module", params=isa.runnable())
+def gguf_lib(request):
+    """The GGUF kernels built for each instruction set this CPU can run."""
+    lib = gguf_gemv.library(tuple(isa.march_flags(request.param)))
+    if lib is None:
+        pytest.skip("no C compiler")
+    return lib
 
 
 @pytest.fixture(scope="session")

@@ -14,14 +14,6 @@ from inferd.arch.gguf_linear import GGUFLinear
 from inferd.kernels import gguf_gemv, isa
 
 
-@pytest.fixture(scope="module", params=isa.runnable())
-def lib(request):
-    lib = gguf_gemv.library(tuple(isa.march_flags(request.param)))
-    if lib is None:
-        pytest.skip("no C compiler")
-    return lib
-
-
 def tiles_of(weights: np.ndarray) -> torch.Tensor:
     raw = torch.from_numpy(quants.quantize(weights.astype(np.float32), GGMLQuantizationType.Q8_0))
     return gguf_gemv.to_tiles("Q8_0", raw)
@@ -38,18 +30,18 @@ def picks(tiles: torch.Tensor, x: torch.Tensor, out_dtype: torch.dtype, lib) -> 
 @pytest.mark.parametrize("rows", [1, 3, 8, 11])
 @pytest.mark.parametrize("in_dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
-def test_the_screen_picks_what_the_whole_head_picks(lib, rows, in_dtype, out_dtype):
+def test_the_screen_picks_what_the_whole_head_picks(gguf_lib, rows, in_dtype, out_dtype):
     rng = np.random.default_rng(rows)
     tiles = tiles_of(rng.standard_normal((8192, 256)) * 0.05)
     x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(rows)) * 4
     x[:, :3] *= 20  # a few large inputs, as a transformer's last hidden state has
-    whole, screened, unnarrowed = picks(tiles, x.to(in_dtype), out_dtype, lib)
+    whole, screened, unnarrowed = picks(tiles, x.to(in_dtype), out_dtype, gguf_lib)
     assert screened == whole
     assert unnarrowed == 0  # the screen did the work: not the whole head again
     assert len(set(whole)) > 1 or rows == 1
 
 
-def test_near_ties_and_bf16_rounding_pick_the_lowest_index_the_whole_head_would(lib):
+def test_near_ties_and_bf16_rounding_pick_the_lowest_index_the_whole_head_would(gguf_lib):
     """Rows that differ from the best in their last bits (the screen cannot tell them
     apart), far apart in the head; in bf16 they round to one value and the first wins."""
     rng = np.random.default_rng(7)
@@ -62,36 +54,36 @@ def test_near_ties_and_bf16_rounding_pick_the_lowest_index_the_whole_head_would(
     x = torch.from_numpy(best * 40).float()[None].repeat(3, 1)
     x[1] *= 0.5
     for out_dtype in (torch.float32, torch.bfloat16):
-        whole, screened, _ = picks(tiles, x, out_dtype, lib)
+        whole, screened, _ = picks(tiles, x, out_dtype, gguf_lib)
         assert screened == whole, out_dtype
-    assert picks(tiles, x, torch.bfloat16, lib)[1][0] in (9, 200, 4100, 6000, 8191)
+    assert picks(tiles, x, torch.bfloat16, gguf_lib)[1][0] in (9, 200, 4100, 6000, 8191)
 
 
-def test_a_head_the_screen_cannot_narrow_is_computed_whole(lib):
+def test_a_head_the_screen_cannot_narrow_is_computed_whole(gguf_lib):
     """Every row alike: every bound reaches the best, so the screen gives way to the whole head."""
     row = np.random.default_rng(2).standard_normal(256) * 0.05
     tiles = tiles_of(np.tile(row, (4096, 1)))
     x = torch.randn(2, 256, generator=torch.Generator().manual_seed(3))
-    whole, screened, unnarrowed = picks(tiles, x, torch.float32, lib)
+    whole, screened, unnarrowed = picks(tiles, x, torch.float32, gguf_lib)
     assert screened == whole == [0, 0]
     assert unnarrowed == 1
 
 
 @pytest.mark.parametrize("poison", [float("nan"), float("inf"), -float("inf")])
-def test_a_row_that_is_not_finite_is_picked_as_the_whole_head_picks_it(lib, poison):
+def test_a_row_that_is_not_finite_is_picked_as_the_whole_head_picks_it(gguf_lib, poison):
     tiles = tiles_of(np.random.default_rng(4).standard_normal((1024, 256)) * 0.05)
     x = torch.randn(3, 256, generator=torch.Generator().manual_seed(5))
     x[1, 17] = poison
-    whole, screened, _ = picks(tiles, x, torch.float32, lib)
+    whole, screened, _ = picks(tiles, x, torch.float32, gguf_lib)
     assert screened == whole
     assert screened[0] != -1 and screened[2] != -1
 
 
-def test_only_a_q8_0_head_in_tiles_takes_a_screen(lib):
+def test_only_a_q8_0_head_in_tiles_takes_a_screen(gguf_lib):
     with pytest.raises(ValueError, match="Q8_0 head in tiles"):
-        gguf_gemv.HeadScreen(torch.zeros(1024, 256 // 32 * 22, dtype=torch.uint8), 256, lib=lib)
+        gguf_gemv.HeadScreen(torch.zeros(1024, 256 // 32 * 22, dtype=torch.uint8), 256, lib=gguf_lib)
     with pytest.raises(ValueError, match="Q8_0 head in tiles"):
-        gguf_gemv.HeadScreen(torch.zeros(1020, 256 // 32 * 34, dtype=torch.uint8), 256, lib=lib)
+        gguf_gemv.HeadScreen(torch.zeros(1020, 256 // 32 * 34, dtype=torch.uint8), 256, lib=gguf_lib)
 
 
 def test_the_screen_pays_on_vector_builds_whose_q8_0_products_lack_vnni():
