@@ -45,6 +45,7 @@ class GGUFLinear(nn.Module):
         self.kernel_out_dtype = dtype  # an LM head asks for float32 logits
         self._parts: gguf_gemv.Parts | None = None  # built on first use: a state dict may replace the buffers
         self._screen: gguf_gemv.HeadScreen | None = None  # likewise; a Q8_0 head's, where it pays (`screen`)
+        self._screen_built = False
 
     @classmethod
     def from_parts(cls, raws: list[tuple[str, torch.Tensor]], dense: torch.Tensor, bias: torch.Tensor | None,
@@ -95,6 +96,7 @@ class GGUFLinear(nn.Module):
     def forget_parts(self) -> None:
         """Call after replacing a block buffer: the kernel's view is built again on next use."""
         self._parts = self._screen = None
+        self._screen_built = False
 
     def parts(self) -> gguf_gemv.Parts:
         """The kernel's view of the weights, built on first use."""
@@ -107,9 +109,11 @@ class GGUFLinear(nn.Module):
     def screen(self) -> gguf_gemv.HeadScreen | None:
         """The screen a greedy pick reads first (`gguf_gemv.HeadScreen`), built on first use: for a
         Q8_0 head without bias, on builds whose dot products take Q8_0's signed bytes the slow way."""
-        if self._screen is None and self.formats == ["Q8_0"] and self.bias is None and gguf_gemv.screen_pays() \
-                and gguf_gemv.tiled("Q8_0", self.out_features) and self.raw0.device.type == "cpu":
-            self._screen = gguf_gemv.HeadScreen(self.raw0, self.in_features)
+        if not self._screen_built:
+            self._screen_built = True
+            if self.formats == ["Q8_0"] and self.bias is None and gguf_gemv.screen_pays() \
+                    and gguf_gemv.tiled("Q8_0", self.out_features) and self.raw0.device.type == "cpu":
+                self._screen = gguf_gemv.HeadScreen(self.raw0, self.in_features)
         return self._screen
 
     def extra_repr(self) -> str:
