@@ -170,6 +170,7 @@ class HeadScreen:
         self.lib = lib or library()
         self.head = head_tiles.contiguous()
         self.in_features = in_features
+        self.parts = Parts([("Q8_0", self.head)], in_features, [True])  # what `argmax` checks its rows against
         self.screen = torch.empty(rows, tiled_row_bytes("Q5_0", in_features), dtype=torch.uint8)
         _raise_for(self.lib.inferd_gguf_screen_of(self.head.data_ptr(), rows, in_features, self.screen.data_ptr()))
         tiles = rows // TILE
@@ -178,10 +179,7 @@ class HeadScreen:
 
     def argmax(self, x: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16) -> list[int]:
         """`argmax(x, the head's parts, None, out_dtype)`, read mostly from the screen."""
-        flat = x.reshape(-1, self.in_features)
-        if x.dtype not in (torch.bfloat16, torch.float32) or out_dtype not in (torch.bfloat16, torch.float32):
-            raise TypeError(f"the GGUF kernels take and write bf16 or float32, not {x.dtype} -> {out_dtype}")
-        flat = flat if flat.is_contiguous() else flat.contiguous()
+        flat = _checked_rows(x, self.parts, None, out_dtype)
         tokens = torch.empty(flat.shape[0], dtype=torch.int64)
         if flat.shape[0]:
             status = self.lib.inferd_gguf_screened_argmax(
