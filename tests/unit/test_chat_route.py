@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from inferd.chat.template import ChatTemplate
-from inferd.http.sse import with_keepalive
+from inferd.http.keepalive import with_keepalive
 from inferd.models.loader import load_model
 from served import served
 

@@ -13,7 +13,7 @@ from inferd.api.openai.protocol import (
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionResponse, DeltaMessage, PromptTokensDetails,
     ResponseMessage, UsageInfo,
 )
-from inferd.http.sse import DONE, sse, sse_response
+from inferd.http.sse import DONE, ChunkFrame, sse, sse_response
 from inferd.serving.chat import SubmittedChat, submit_chat
 from inferd.serving.chat_output import ChoiceOutput
 from inferd.serving.chat_request import ChatCompletionRequest, FunctionCall, ToolCall
@@ -70,16 +70,19 @@ async def _stream(state: ServerState, req: ChatCompletionRequest, chat: Submitte
     model = state.reported_model(req.model)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
-    def chunk(choices, usage=None) -> str:
-        # OpenAI's shape: finish_reason and logprobs present (null until set),
-        # the delta carries only what changed, usage appears only when asked for.
-        body = ChatCompletionChunk(id=request_id, created=created, model=model, choices=choices, usage=usage,
+    # OpenAI's shape: finish_reason and logprobs present (null until set),
+    # the delta carries only what changed, usage appears only when asked for.
+    envelope = ChatCompletionChunk(id=request_id, created=created, model=model, choices=[],
                                    system_fingerprint=state.system_fingerprint).model_dump()
-        for choice in body["choices"]:
+    if not include_usage:
+        del envelope["usage"]
+    frame = ChunkFrame(envelope)
+
+    def chunk(choices: list[ChatChunkChoice]) -> str:
+        dumped = [c.model_dump() for c in choices]
+        for choice in dumped:
             choice["delta"] = {k: v for k, v in choice["delta"].items() if v is not None}
-        if not include_usage:
-            del body["usage"]
-        return sse(body)
+        return frame.event(dumped)
 
     for i in range(req.n):
         yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=""))])
@@ -98,5 +101,5 @@ async def _stream(state: ServerState, req: ChatCompletionRequest, chat: Submitte
                 reason = "tool_calls" if outputs[i].called_tools else out.finish_reason
                 yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(), finish_reason=reason)])
     if include_usage:
-        yield chunk([], usage=_usage(finals))
+        yield sse({**envelope, "usage": _usage(finals).model_dump()})
     yield DONE

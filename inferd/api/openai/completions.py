@@ -11,7 +11,7 @@ from fastapi import Request
 from inferd.api.openai.logprobs import completion_logprobs
 from inferd.api.openai.protocol import CompletionChoice, CompletionRequest, CompletionResponse, PromptTokensDetails, UsageInfo
 from inferd.http.errors import BadRequest
-from inferd.http.sse import DONE, sse, sse_response
+from inferd.http.sse import DONE, ChunkFrame, sse, sse_response
 from inferd.serving.admission import admit
 from inferd.serving.generation import Generation, Submission, check_token_ids, new_id, request_priority, submit
 from inferd.serving.sampling import LEGACY_COMPLETIONS_MAX_TOKENS, default_max_tokens, sampling_params
@@ -91,16 +91,19 @@ async def _stream(state: ServerState, req: CompletionRequest, request_id: str, g
 
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
-    def chunk(choices, usage=None) -> str:
-        # finish_reason and logprobs stay present (null until set), as OpenAI sends them.
-        body = CompletionResponse(id=request_id, created=created, model=model, choices=choices, usage=usage,
+    envelope = CompletionResponse(id=request_id, created=created, model=model, choices=[],
                                   system_fingerprint=state.system_fingerprint).model_dump()
-        for choice in body["choices"]:
+    if not include_usage:
+        del envelope["usage"]  # present, null until the last chunk, only when asked for
+    frame = ChunkFrame(envelope)
+
+    def chunk(choices: list[CompletionChoice]) -> str:
+        # finish_reason and logprobs stay present (null until set), as OpenAI sends them.
+        dumped = [c.model_dump() for c in choices]
+        for choice in dumped:
             if choice["stop_reason"] is None:
                 del choice["stop_reason"]
-        if not include_usage:
-            del body["usage"]
-        return sse(body)
+        return frame.event(dumped)
 
     for i, text in enumerate(echo):
         if text:
@@ -117,5 +120,5 @@ async def _stream(state: ServerState, req: CompletionRequest, request_id: str, g
                 yield chunk([CompletionChoice(index=i, text=out.text, logprobs=logprobs,
                                               finish_reason=out.finish_reason if out.finished else None)])
     if include_usage:
-        yield chunk([], usage=_usage(finals, req.n))
+        yield sse({**envelope, "usage": _usage(finals, req.n).model_dump()})
     yield DONE
