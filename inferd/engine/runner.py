@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from inferd.arch.attention import AttentionMetadata, ContextView, DecodeGroup, PrefillSpan
+from inferd.arch.attention import AttentionMetadata, ContextView, DecodeGroup, PrefillSpan, prefill_rows_native
 from inferd.arch.base import CausalLM
 from inferd.arch.decode_rows import lone_decode_rows
 from inferd.engine.request import Request
@@ -38,6 +38,10 @@ class StepResult:
 
 # Decode contexts are padded to a multiple of this many tokens.
 DECODE_BUCKET = 64
+# A prefill chunk's rows attend as decode rows while (rows x keys a row may see) stays within
+# this: their slots and masks take 12 bytes a pair (12 MB here), and past ~1,024 rows torch's
+# fused kernel, which skips whole blocks a causal mask hides, is as fast.
+ROW_ATTENTION_PAIRS = 1 << 20
 
 
 def _bucket(context_len: int) -> int:
@@ -68,7 +72,8 @@ class ModelRunner:
         self.device = device
         self.window = cfg.sliding_window if any(cfg.is_sliding(i) for i in range(cfg.num_layers)) else None
         shape = (num_blocks * block_size, cfg.num_kv_heads, cfg.head_dim)
-        dtype = kv_dtype or kv_cache_dtype(dtype, device)
+        compute_dtype, dtype = dtype, kv_dtype or kv_cache_dtype(dtype, device)
+        self.rows_attention = prefill_rows_native(compute_dtype, dtype, device)
         # Uninitialized: a slot is always written before attention reads it
         # (padding reads clamp to a written slot), and untouched pages of a
         # large pool cost no memory until sequences reach them.
@@ -202,4 +207,18 @@ class ModelRunner:
         if self.window is not None and length > self.window:
             windowed = causal & (key_pos[None, :] > query_pos - self.window)
             sliding = ContextView(slots=slots, mask=windowed.to(self.device))
-        return PrefillSpan(start=row, end=row + n, cold=cold, full=full, sliding=sliding)
+        rows = None
+        if self.rows_attention and n * length <= ROW_ATTENTION_PAIRS:
+            rows = self._span_rows(row, start, n, table)
+        return PrefillSpan(start=row, end=row + n, cold=cold, full=full, sliding=sliding, rows=rows)
+
+    def _span_rows(self, row: int, start: int, n: int, table: torch.Tensor) -> DecodeGroup:
+        """A prefill chunk as decode rows: its row i sees positions up to start + i (on sliding layers,
+        the window's last ones)."""
+        lengths = np.arange(start + 1, start + n + 1, dtype=np.int64)
+        tables = np.broadcast_to(table.numpy(), (n, table.shape[0]))
+        full = self._gather_view(tables, lengths, np.zeros_like(lengths), start + n)
+        sliding = None
+        if self.window is not None and start + n > self.window:
+            sliding = self._gather_view(tables, lengths, np.maximum(lengths - self.window, 0), self.window)
+        return DecodeGroup(row, row + n, full, sliding)
