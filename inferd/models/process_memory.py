@@ -4,8 +4,8 @@
   and torch's own cache of them (ideep's, for packed bf16 weights) keeps
   another 1024, ~0.3 MB each. Every new prefill length is a new shape, so a
   server's memory grew for thousands of requests (~70 MB within minutes of a
-  mixed load). Packed projections see 24 row counts in all (padded, and
-  chunked past 256 rows: `arch/packed_linear.py`), so the cap below holds
+  mixed load). Packed projections see 40 row counts in all (padded, and
+  chunked past 512 rows: `arch/packed_linear.py`), so the cap below holds
   every shape they build; oneDNN's own cache serves the rest, and its shapes
   come and go.
   (torch's fused attention keeps kernels per length with no cap at all:
