@@ -26,8 +26,15 @@
  * reduce in one fixed order; products are fused multiply-adds everywhere;
  * exponentials are vec.h's polynomial. */
 #define HEADS 4
-#define LANES (2 * VEC_LANES)
 #define W 16 /* lanes of an f16x */
+/* Vectors of each value row summed per pass over the slots: as many as the registers hold
+ * beside the four heads' sums (AVX-512's 32: 64 dimensions a pass, so a 256-wide head walks
+ * its slots 4 times, not 8; AVX2's 16: 16 dimensions). */
+#if VEC_LANES == 16
+#define PASS_VECS 4
+#else
+#define PASS_VECS 2
+#endif
 
 typedef struct {
 #if VEC_LANES == 16
@@ -187,24 +194,23 @@ static void softmax(float *scores, int heads, int64_t L) {
 static void sum_values(const float *p, int heads, int64_t D, const uint16_t *v_cache, int64_t Hkv, int64_t h,
                        const int64_t *slots, const float *mask, int64_t L, float *acc, uint16_t *out) {
 #if VEC_LANES
-    if (D % LANES == 0) {
-        for (int64_t d = 0; d < D; d += LANES) {
-            vf lo[HEADS], hi[HEADS];
-            for (int g = 0; g < HEADS; g++) lo[g] = hi[g] = vf_zero();
+    if (D % (PASS_VECS * VEC_LANES) == 0) {
+        for (int64_t d = 0; d < D; d += PASS_VECS * VEC_LANES) {
+            vf sums[HEADS][PASS_VECS];
+            for (int g = 0; g < HEADS; g++)
+                for (int j = 0; j < PASS_VECS; j++) sums[g][j] = vf_zero();
             for (int64_t l = 0; l < L; l++) {
                 if (isinf(mask[l])) continue;
                 const uint16_t *v = v_cache + (slots[l] * Hkv + h) * D + d;
-                vf v0 = vf_load_bf16(v), v1 = vf_load_bf16(v + VEC_LANES);
+                vf vs[PASS_VECS];
+                for (int j = 0; j < PASS_VECS; j++) vs[j] = vf_load_bf16(v + j * VEC_LANES);
                 for (int g = 0; g < HEADS; g++) {
                     vf weight = vf_set1(p[g * L + l]);
-                    lo[g] = vf_fmadd(weight, v0, lo[g]);
-                    hi[g] = vf_fmadd(weight, v1, hi[g]);
+                    for (int j = 0; j < PASS_VECS; j++) sums[g][j] = vf_fmadd(weight, vs[j], sums[g][j]);
                 }
             }
-            for (int g = 0; g < heads; g++) {
-                vf_store_bf16(out + g * D + d, lo[g]);
-                vf_store_bf16(out + g * D + d + VEC_LANES, hi[g]);
-            }
+            for (int g = 0; g < heads; g++)
+                for (int j = 0; j < PASS_VECS; j++) vf_store_bf16(out + g * D + d + j * VEC_LANES, sums[g][j]);
         }
         return;
     }
