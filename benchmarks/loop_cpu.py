@@ -17,12 +17,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
-
-from compare_llama_server import free_port
+from compare_llama_server import Server, free_port
 
 TICKS = os.sysconf("SC_CLK_TCK")
 WORKLOAD = ["--dataset", "random", "--num-prompts", "8", "--input-len", "100", "--output-len", "128",
@@ -55,30 +52,22 @@ def main() -> None:
     parser.add_argument("--tree", default=None, help="the checkout whose inferd serves (default: this one)")
     args = parser.parse_args()
     port = free_port()
-    env = {**os.environ, **({"PYTHONPATH": args.tree} if args.tree else {})}
-    server = subprocess.Popen([sys.executable, "-m", "inferd.cli", "serve", "--port", str(port), "--threads", "2",
-                               "--parallel", "8", "--ctx-size", "2048"], env=env, cwd=args.tree or None,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+    # -P: the checkout on PYTHONPATH comes before the working directory and the installed one.
+    server = Server("inferd", [sys.executable, "-P", "-m", "inferd.cli", "serve", "--port", str(port), "--threads",
+                               "2", "--parallel", "8", "--ctx-size", "2048"], port,
+                    env={"PYTHONPATH": args.tree} if args.tree else {})
     try:
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        bench(url, seed=1)
-        before = thread_cpu(server.pid)
+        server.start()
+        bench(server.url, seed=1)
+        before = thread_cpu(server.proc.pid)
         tokens = 0
         for run in range(args.runs):
-            summary = bench(url, seed=100 + run)
+            summary = bench(server.url, seed=100 + run)
             tokens += summary["total_output_tokens"]
             print(f"run {run + 1}: {summary['output_token_throughput']:.1f} tok/s")
-        after = thread_cpu(server.pid)
+        after = thread_cpu(server.proc.pid)
     finally:
-        server.terminate()
-        server.wait()
+        server.stop()
     print(f"{tokens} streamed tokens; CPU per token of each thread that used any:")
     for thread, seconds in sorted(after.items(), key=lambda kv: -(kv[1] - before.get(kv[0], 0))):
         spent = seconds - before.get(thread, 0)
