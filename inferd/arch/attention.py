@@ -101,7 +101,7 @@ def paged_attention(
     native = bool(meta.decodes) and decode_attention.supports(q_decode, k_cache)
     out_decode = out[:decode_rows] if q.dtype == stored else torch.empty_like(q_decode)
     for group in meta.decodes:
-        view = group.sliding if sliding and group.sliding is not None else group.full
+        view = _view(group, sliding)
         rows = slice(group.start, group.end)
         if native:
             decode_attention.decode_attention(q_decode[rows], k_cache, v_cache, view.slots, view.mask, scale,
@@ -110,14 +110,14 @@ def paged_attention(
             out_decode[rows] = _decode_attention(q_decode[rows], k_cache, v_cache, view, scale)
     if q.dtype != stored and decode_rows:
         out[:decode_rows] = out_decode
+    native_rows = any(span.rows for span in meta.prefills) and q.dtype == stored \
+        and decode_attention.supports(q, k_cache)
     for span in meta.prefills:
-        if span.rows is not None and q.dtype == stored and decode_attention.supports(q[span.start:span.end], k_cache):
-            rows = span.rows
-            view = rows.sliding if sliding and rows.sliding is not None else rows.full
-            decode_attention.decode_attention(q[rows.start:rows.end], k_cache, v_cache, view.slots, view.mask, scale,
-                                              out[rows.start:rows.end])
+        if span.rows is not None and native_rows:
+            view, rows = _view(span.rows, sliding), slice(span.rows.start, span.rows.end)
+            decode_attention.decode_attention(q[rows], k_cache, v_cache, view.slots, view.mask, scale, out[rows])
             continue
-        view = span.sliding if sliding and span.sliding is not None else span.full
+        view = _view(span, sliding)
         qs, mask = q[span.start : span.end], view.mask
         if span.cold:
             ks, vs = k[span.start : span.end], v[span.start : span.end]
@@ -134,6 +134,11 @@ def paged_attention(
         )
         out[span.start : span.end] = o[0, :, : span.end - span.start].transpose(0, 1)
     return out
+
+
+def _view(rows: DecodeGroup | PrefillSpan, sliding: bool) -> ContextView:
+    """What `rows` read on this layer: their window's view on a sliding layer, where they have one."""
+    return rows.sliding if sliding and rows.sliding is not None else rows.full
 
 
 # torch's fused CPU attention compiles kernels for the tail of each query and key
