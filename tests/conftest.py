@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import settings
 
 from tiny_models import write_tiny_model
@@ -142,6 +143,17 @@ def gguf_lib(request):
     if lib is None:
         pytest.skip("no C compiler")
     return lib
+
+
+@pytest.fixture(scope="session")
+def bundled_head_blocks() -> torch.Tensor:
+    """The bundled GGUF's Q8_0 head (its token embedding) as the file holds it, [rows, row bytes]:
+    each build tiles it as it lays tiles out."""
+    from inferd.models.default import default_model_path
+    from inferd.models.gguf_file import GGUFFile
+
+    gguf_file = GGUFFile(default_model_path())
+    return torch.from_numpy(gguf_file.raw(gguf_file.tensors["token_embd.weight"]).copy())
 
 
 @pytest.fixture(scope="session")

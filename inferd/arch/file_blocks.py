@@ -52,7 +52,7 @@ def keeps_dense_copies(dtype: torch.dtype) -> bool:
 
 def blocks_label(dtype: torch.dtype) -> str:
     """Names what `use_file_blocks` builds here, for the weight cache."""
-    return f"gguf-tiles-{dtype}{'' if keeps_dense_copies(dtype) else '-blocks-only'}"
+    return f"gguf-tiles-{gguf_gemv.tile_layout()}-{dtype}{'' if keeps_dense_copies(dtype) else '-blocks-only'}"
 
 
 def _dense_from(dtype: torch.dtype, head: bool) -> int | None:

@@ -43,6 +43,7 @@ def library(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
                        inferd_gguf_argmax=([INT, PTR, PTR, PTR, I64, PTR, I64, PTR, INT, INT, PTR], INT),
                        inferd_gguf_gemv_vectorized=([], INT),
                        inferd_gguf_screen_pays=([], INT),
+                       inferd_gguf_tile_pairs=([], INT),
                        inferd_gguf_to_tiles=([INT, PTR, I64, I64, PTR], INT),
                        inferd_gguf_screen_of=([PTR, I64, I64, PTR], INT),
                        inferd_gguf_screened_argmax=([PTR, PTR, I64, I64, PTR, I64, INT, INT, PTR, PTR], INT))
@@ -89,8 +90,16 @@ def tiled_row_bytes(block_format: str, in_features: int) -> int:
     return row_bytes(block_format, in_features)
 
 
+def tile_layout(lib: ctypes.CDLL | None = None) -> str:
+    """How the build lays out tiles (gguf_tiles.h, `tile_place`): "pairs" where it has 512-bit
+    spans, else "single". Tiles are read by a build of the same layout as made them."""
+    lib = lib or library()
+    return "pairs" if lib is not None and lib.inferd_gguf_tile_pairs() else "single"
+
+
 def to_tiles(block_format: str, raw: torch.Tensor, lib: ctypes.CDLL | None = None) -> torch.Tensor:
-    """The file's rows [N, bytes per row] reordered into tiles [N, tiled_row_bytes]."""
+    """The file's rows [N, bytes per row] reordered into tiles [N, tiled_row_bytes], laid
+    out for `lib` (`tile_layout`)."""
     if not tiled(block_format, raw.shape[0]) or raw.dtype != torch.uint8 or raw.dim() != 2:
         raise ValueError(f"a {block_format} tensor of shape {tuple(raw.shape)} is not held in tiles")
     raw = raw.contiguous()

@@ -51,7 +51,7 @@
 #define TILES_VECTORIZED 0
 #endif
 
-/* Spans of two tiles in 512-bit vectors where AVX-512 has VNNI (tile_kernels.h). */
+/* Spans of two tiles in 512-bit vectors where AVX-512 has VNNI (tile_kernels.h, `tile_place`). */
 #if TILES_VECTORIZED && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define TILES_WIDE 1
 #else
@@ -80,6 +80,31 @@ static int tile_group_bytes(int type) {
 
 /* A row's bytes in tiles (the file's, but for Q4_K's and Q5_K's unpacked scales and Q6_K's joined weights). */
 int64_t inferd_gguf_tiled_row_bytes(int type, int64_t K) { return K / (is_k(type) ? 256 : GROUP) * tile_group_bytes(type) / TILE; }
+
+/* Where a tile lies. On builds with 512-bit spans the formats of 32 weights a scale keep their
+ * tiles in pairs whose groups alternate (tile 2p's group g, then tile 2p + 1's), so that a span
+ * reads both from one stretch of memory: two tiles a tile apart streamed from memory at about
+ * half the rate of one stretch, and a tile read alone from a pair (a 256-bit build) no better.
+ * Elsewhere, and for the K formats (whose 256-weight blocks stream well a tile apart), each tile
+ * lies whole, and a span's second tile a tile after its first. An odd count's last tile lies by
+ * itself either way. */
+#define TILE_PAIRS TILES_WIDE
+
+typedef struct {
+    int64_t at;     /* the tile's first group */
+    int64_t stride; /* from one of its groups to the next */
+    int64_t next;   /* the first tile of a span of two: from its group to its partner's; else 0 */
+} TilePlace;
+
+static inline TilePlace tile_place(const int type, const int64_t t, const int64_t tiles, const int64_t K) {
+    const int64_t bytes = tile_group_bytes(type), groups = K / (is_k(type) ? 256 : GROUP);
+    const int first_of_two = t % 2 == 0 && t + 1 < tiles, lone = t >= tiles / 2 * 2;
+    if (!TILE_PAIRS || is_k(type) || lone) return (TilePlace){t * groups * bytes, bytes, first_of_two ? groups * bytes : 0};
+    return (TilePlace){t / 2 * 2 * groups * bytes + t % 2 * bytes, 2 * bytes, first_of_two ? bytes : 0};
+}
+
+/* 1 where this build lays tiles out in pairs: tiles made by one build are read by builds alike. */
+int inferd_gguf_tile_pairs(void) { return TILE_PAIRS; }
 
 /* Where a Q6_K tile block's values start. */
 #define Q6_VALUES 144
@@ -124,8 +149,9 @@ int inferd_gguf_to_tiles(int type, const uint8_t *src, int64_t N, int64_t K, uin
     const int64_t size = type == Q4_K ? 144 : type == Q5_K ? 176 : type == Q6_K ? 210 : tile_group_bytes(type) / TILE;
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < tiles; t++) {
+        const TilePlace place = tile_place(type, t, tiles, K);
         for (int64_t g = 0; g < groups; g++) {
-            uint8_t *out = dst + (t * groups + g) * tile_group_bytes(type);
+            uint8_t *out = dst + place.at + g * place.stride;
             for (int r = 0; r < TILE; r++) {
                 const uint8_t *blk = src + (t * TILE + r) * groups * size + g * size;
                 if (is_k(type)) {
@@ -180,10 +206,11 @@ int inferd_gguf_to_tiles(int type, const uint8_t *src, int64_t N, int64_t K, uin
 #endif
 #else
 /* The same sums in scalar C: exact integer dots, then the vector paths' float operations. */
-static void tile_rows_portable_32(const int type, const uint8_t *tile, const Acts *a, const int m0, const int M, float *acc) {
-    const int bytes = tile_group_bytes(type), zero = type == Q8_0 ? 0 : type == Q5_0 ? 16 : 8;
+static void tile_rows_portable_32(const int type, const uint8_t *tile, const int64_t stride, const Acts *a, const int m0,
+                                  const int M, float *acc) {
+    const int zero = type == Q8_0 ? 0 : type == Q5_0 ? 16 : 8;
     for (int64_t g = 0; g < a->groups; g++) {
-        const uint8_t *group = tile + g * bytes;
+        const uint8_t *group = tile + g * stride;
         for (int r = 0; r < TILE; r++) {
             int q[32];
             for (int k = 0; k < 32; k++) {
@@ -214,9 +241,10 @@ static int32_t dot_ints(const int *q, const int8_t *x, int n) {
     return dot;
 }
 
-static void tile_rows_portable_k(const int type, const uint8_t *tile, const Acts *a, const int m0, const int M, float *acc) {
+static void tile_rows_portable_k(const int type, const uint8_t *tile, const int64_t stride, const Acts *a, const int m0,
+                                 const int M, float *acc) {
     for (int64_t b = 0; b < a->groups / 8; b++) {
-        const uint8_t *blk = tile + b * tile_group_bytes(type);
+        const uint8_t *blk = tile + b * stride;
         for (int r = 0; r < TILE; r++) {
             const float d = load_half(blk + 2 * r);
             for (int part = 0; part < 8; part++) { /* Q4_K, Q5_K: (pair, half); Q6_K: (half, chunk) */
@@ -253,21 +281,21 @@ static void tile_rows_portable_k(const int type, const uint8_t *tile, const Acts
     }
 }
 
-static void tile_rows_portable(const int type, const uint8_t *tile, const Acts *a, const int m0, const int M, float *acc) {
+static void tile_rows_portable(const int type, const uint8_t *tile, const int64_t stride, const Acts *a, const int m0,
+                               const int M, float *acc) {
     for (int i = 0; i < M * TILE; i++) acc[i] = 0;
     if (is_k(type))
-        tile_rows_portable_k(type, tile, a, m0, M, acc);
+        tile_rows_portable_k(type, tile, stride, a, m0, M, acc);
     else
-        tile_rows_portable_32(type, tile, a, m0, M, acc);
+        tile_rows_portable_32(type, tile, stride, a, m0, M, acc);
 }
 #endif
 
-/* The tiles a product takes at a time: two where the build has 512-bit spans, for the K
- * formats only. Their scales cover 256 weights, so the dot products are the work, and two
- * tiles a vector measured 10-29% faster; the formats of 32 weights a scale measured no
- * faster (Q8_0) or slower (Q5_0) that way: per 32 weights, joining two tiles' scales
- * costs what the wider dot products save. */
-static inline int tile_span_of(const int type) { return TILES_WIDE && is_k(type) ? 2 : 1; }
+/* The tiles a product takes at a time: two where the build has 512-bit spans, where a dot
+ * product does twice the multiply-accumulates and an activation's broadcast serves 16 rows:
+ * 1.05-1.2x at 8 rows streamed from memory for the formats of 32 weights a scale (their tiles
+ * in pairs, `tile_place`; a tile apart they were no faster), 10-29% for the K formats. */
+static inline int tile_span_of(void) { return TILES_WIDE ? 2 : 1; }
 
 /* A tile's 8 float32 outputs v for activation row m, the first at output n0, into the thread's
  * argmax: one comparison of all 8 with the best so far; only one at least as large (a tie may
@@ -288,25 +316,28 @@ static inline void best_keep_tile(Best *b, const int m, const int64_t n0, const 
 INLINE void tile_products(const int type, const uint8_t *w, const int64_t N, const Acts *a, const int M,
                           const void *bias, const int in_is_float, void *y, const int64_t ldy, const int y_is_float,
                           const int64_t row0, Best *best) {
-    const int64_t tiles = N / TILE, tile_bytes = TILE * inferd_gguf_tiled_row_bytes(type, a->K);
-    const int width = tile_span_of(type);
+    const int64_t tiles = N / TILE;
+    const int width = tile_span_of();
     const int64_t spans = (tiles + width - 1) / width, chunk = work_chunk(spans);
 #pragma omp for schedule(dynamic, chunk) nowait
     for (int64_t span = 0; span < spans; span++) {
-        const int64_t t0 = span * width, next = t0 + 1 < tiles ? tile_bytes : 0;
-        const uint8_t *tile = w + t0 * tile_bytes;
+        const int64_t t0 = span * width;
+        const TilePlace place = tile_place(type, t0, tiles, a->K);
+        const int64_t next = width == 2 ? place.next : 0;
+        const uint8_t *tile = w + place.at;
         float out[MAX_ROWS * TILE * 2]; /* [m][tile of the span][row] */
 #if TILES_WIDE
         if (width == 2)
-            tile_span_2(type, tile, next, a, M, out);
+            tile_span_2(type, tile, next, place.stride, a, M, out);
         else
 #endif
 #if TILES_VECTORIZED
-            tile_span_1(type, tile, next, a, M, out);
+            tile_span_1(type, tile, next, place.stride, a, M, out);
 #else
         (void)next;
         for (int m0 = 0; m0 < M; m0 += TILE_PASS_ROWS)
-            tile_rows_portable(type, tile, a, m0, M - m0 < TILE_PASS_ROWS ? M - m0 : TILE_PASS_ROWS, out + m0 * TILE);
+            tile_rows_portable(type, tile, place.stride, a, m0, M - m0 < TILE_PASS_ROWS ? M - m0 : TILE_PASS_ROWS,
+                               out + m0 * TILE);
 #endif
         for (int s = 0; s < width && t0 + s < tiles; s++) {
             if (best && !bias && y_is_float) { /* the outputs as computed: a tile's 8 at a time */

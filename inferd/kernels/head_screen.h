@@ -28,12 +28,15 @@
 #include "gguf_tiles.h"
 
 /* A tile's 8 sums for each of M activation rows, out[m * TILE + r]: the tiled kernel's own path. */
-static void tile_sums(const int type, const uint8_t *tile, const Acts *a, const int M, float *out) {
+static void tile_sums(const int type, const uint8_t *w, const int64_t t, const int64_t tiles, const Acts *a, const int M,
+                      float *out) {
+    const TilePlace place = tile_place(type, t, tiles, a->K);
 #if TILES_VECTORIZED
-    tile_span_1(type, tile, 0, a, M, out);
+    tile_span_1(type, w + place.at, 0, place.stride, a, M, out);
 #else
     for (int m0 = 0; m0 < M; m0 += TILE_PASS_ROWS)
-        tile_rows_portable(type, tile, a, m0, M - m0 < TILE_PASS_ROWS ? M - m0 : TILE_PASS_ROWS, out + m0 * TILE);
+        tile_rows_portable(type, w + place.at, place.stride, a, m0, M - m0 < TILE_PASS_ROWS ? M - m0 : TILE_PASS_ROWS,
+                           out + m0 * TILE);
 #endif
 }
 
@@ -53,18 +56,18 @@ static void bound_weights(const Acts *a, const int M, float *u) {
  * for row m, and in `probe` each row's largest bound and where it is. */
 static void screen_pass(const uint8_t *screen, const int64_t tiles, const Acts *a, const int M, const float *u,
                         float *top, Best *probe) {
-    const int group_bytes = tile_group_bytes(Q5_0);
-    const int64_t tile_bytes = TILE * inferd_gguf_tiled_row_bytes(Q5_0, a->K), chunk = work_chunk(tiles);
+    const int64_t chunk = work_chunk(tiles);
 #pragma omp for schedule(dynamic, chunk) nowait
     for (int64_t t = 0; t < tiles; t++) {
-        const uint8_t *tile = screen + t * tile_bytes;
+        const TilePlace place = tile_place(Q5_0, t, tiles, a->K);
+        const uint8_t *tile = screen + place.at;
         float s[MAX_ROWS * TILE];
-        tile_sums(Q5_0, tile, a, M, s);
+        tile_sums(Q5_0, screen, t, tiles, a, M, s);
 #if TILES_VECTORIZED
         __m256 bound[MAX_ROWS];
         for (int m = 0; m < M; m++) bound[m] = _mm256_mul_ps(_mm256_loadu_ps(s + m * TILE), _mm256_set1_ps(8.0f));
         for (int64_t g = 0; g < a->groups; g++) {
-            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(tile + g * group_bytes)));
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(tile + g * place.stride)));
             for (int m = 0; m < M; m++) bound[m] = _mm256_fmadd_ps(d, _mm256_set1_ps(u[g * M + m]), bound[m]);
         }
         for (int m = 0; m < M; m++) { /* the scalar path only for a tile that may hold a new probe, or a NaN */
@@ -83,7 +86,7 @@ static void screen_pass(const uint8_t *screen, const int64_t tiles, const Acts *
         for (int i = 0; i < M * TILE; i++) s[i] *= 8.0f;
         for (int64_t g = 0; g < a->groups; g++)
             for (int r = 0; r < TILE; r++) {
-                const float d = load_half(tile + g * group_bytes + 2 * r);
+                const float d = load_half(tile + g * place.stride + 2 * r);
                 for (int m = 0; m < M; m++) s[m * TILE + r] = fmaf(d, u[g * M + m], s[m * TILE + r]);
             }
         for (int m = 0; m < M; m++) {
@@ -99,10 +102,10 @@ static void screen_pass(const uint8_t *screen, const int64_t tiles, const Acts *
 }
 
 /* The head's outputs of tile t for every row into `best`, as the head kernel's argmax keeps them. */
-static void exact_tile(const uint8_t *head, const int64_t t, const int64_t tile_bytes, const Acts *a, const int M,
+static void exact_tile(const uint8_t *head, const int64_t t, const int64_t tiles, const Acts *a, const int M,
                        const int y_is_float, Best *best) {
     float v[MAX_ROWS * TILE];
-    tile_sums(Q8_0, head + t * tile_bytes, a, M, v);
+    tile_sums(Q8_0, head, t, tiles, a, M, v);
     for (int m = 0; m < M; m++)
         for (int r = 0; r < TILE; r++) best_keep(best, m, t * TILE + r, y_is_float ? v[m * TILE + r] : round_bf16(v[m * TILE + r]));
 }
@@ -126,12 +129,11 @@ static int screened_pass(const uint8_t *head, const uint8_t *screen, const int64
         merge_best(&probe, &mine, M);
     }
     /* Each row's probe computed from the file's blocks: the argmax is at least this. */
-    const int64_t tile_bytes = TILE * inferd_gguf_tiled_row_bytes(Q8_0, a->K);
     float floor_of[MAX_ROWS];
     for (int m = 0; m < M; m++) {
         if (probe.nan[m] || probe.index[m] == INT64_MAX) return 1;
         float v[MAX_ROWS * TILE];
-        tile_sums(Q8_0, head + probe.index[m] / TILE * tile_bytes, a, M, v);
+        tile_sums(Q8_0, head, probe.index[m] / TILE, tiles, a, M, v);
         const float at = v[m * TILE + probe.index[m] % TILE], value = y_is_float ? at : round_bf16(at);
         if (!isfinite(value)) return 1;
         floor_of[m] = value - fabsf(value) / 64; /* below it by more than a bf16 step or two */
@@ -152,7 +154,7 @@ static int screened_pass(const uint8_t *head, const uint8_t *screen, const int64
         Best mine;
         best_init(&mine);
 #pragma omp for schedule(dynamic, 8) nowait
-        for (int64_t i = 0; i < count; i++) exact_tile(head, kept[i], tile_bytes, a, M, y_is_float, &mine);
+        for (int64_t i = 0; i < count; i++) exact_tile(head, kept[i], tiles, a, M, y_is_float, &mine);
 #pragma omp critical(inferd_head_screen)
         merge_best(&all, &mine, M);
     }
@@ -161,7 +163,7 @@ static int screened_pass(const uint8_t *head, const uint8_t *screen, const int64
 }
 
 /* The screen of a Q8_0 head of N rows of K inputs in tiles: each weight's top five bits
- * in Q5_0 tiles (see above). */
+ * in Q5_0 tiles (see above). Both lie group by group in the same order (`tile_place`). */
 static void screen_of(const uint8_t *head, const int64_t N, const int64_t K, uint8_t *screen) {
     const int64_t groups = N / TILE * (K / GROUP);
     for (int64_t i = 0; i < groups; i++) {

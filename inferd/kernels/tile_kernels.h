@@ -1,14 +1,15 @@
 /* The tiled kernels' vectors and row sums for one span of tiles, included by
  * gguf_tiles.h once per span it builds: TILE_SPAN 1, a tile's 8 rows in a
- * 256-bit vector; TILE_SPAN 2 (AVX-512 with VNNI; the K formats, see
- * `tile_span_of`), two tiles' 16 rows in a 512-bit one, where a dot product
+ * 256-bit vector; TILE_SPAN 2 (AVX-512 with VNNI, see `tile_span_of`), two
+ * tiles' 16 rows in a 512-bit one, where a dot product
  * does twice the multiply-accumulates in the same time on cores with
  * full-width 512-bit units, and unpacking the weights and scaling the sums
  * take half the instructions. Every lane does the same integer and float
  * operations in either span, so both give the same bits.
  *
- * A span's second tile lies `next` bytes after its first: TK(ti_load)(p, next)
- * reads 32 bytes at p into the low half and 32 at p + next into the high half.
+ * A span's second tile lies `next` bytes after its first, and a tile's groups
+ * (or K blocks) `stride` bytes apart (gguf_tiles.h, `tile_place`): TK(ti_load)(p,
+ * next) reads 32 bytes at p into the low half and 32 at p + next into the high half.
  * Names defined here carry the span (TK(tile_rows): tile_rows_1, tile_rows_2).
  * No include guard: each inclusion is one span, and the macros it defines are
  * undefined at its end. */
@@ -123,7 +124,6 @@ static inline tvi TK(tile_dot2)(tvi sums, tvi u0, tvi s0, tvi u1, tvi s1) {
 #endif
 }
 
-#if TILE_SPAN == 1 /* the formats of 32 weights a scale take one tile at a time (gguf_tiles.h) */
 /* Four such dots at once, for weights u0..u3 <= 31 (Q4_0, Q5_0): without VNNI the four int16 pair sums
  * add before widening (at most 8 * 31 * 128 < 2^15). */
 static inline tvi TK(tile_dot4)(tvi sums, tvi u0, tvi s0, tvi u1, tvi s1, tvi u2, tvi s2, tvi u3, tvi s3) {
@@ -146,8 +146,6 @@ static inline tvi TK(tile_dot_signed)(tvi sums, tvi w, tvi x) {
 }
 #endif
 
-#endif
-
 /* Q5_0's fifth bits of chunk c moved to bit 4 of each byte (16-bit shifts: the mask drops what crossed bytes). */
 static inline tvi TK(fifth_bits)(tvi high, int c) {
     const tvi bit4 = ti_set1_8(16);
@@ -155,14 +153,13 @@ static inline tvi TK(fifth_bits)(tvi high, int c) {
                   : ti_and(ti_srl16(high, _mm_cvtsi32_si128(c - 4)), bit4);
 }
 
-#if TILE_SPAN == 1
 /* A span's outputs for activation rows m0..m0+M-1: acc[m] lane 8s + r = row r of the span's tile s. */
-INLINE void TK(tile_rows_32)(const int type, const uint8_t *tile, const int64_t next, const Acts *a, const int m0,
-                         const int M, tvf *acc) {
-    const int bytes = tile_group_bytes(type), zero = type == Q8_0 ? Q8_OFFSET : type == Q5_0 ? 16 : 8;
+INLINE void TK(tile_rows_32)(const int type, const uint8_t *tile, const int64_t next, const int64_t stride,
+                             const Acts *a, const int m0, const int M, tvf *acc) {
+    const int zero = type == Q8_0 ? Q8_OFFSET : type == Q5_0 ? 16 : 8;
     for (int m = 0; m < M; m++) acc[m] = tf_zero();
     for (int64_t g = 0; g < a->groups; g++) {
-        const uint8_t *group = tile + g * bytes;
+        const uint8_t *group = tile + g * stride;
         tvi sums[MAX_ROWS];
         for (int m = 0; m < M; m++) sums[m] = ti_set1_32(-zero * act_sum(a, m0 + m, g));
         if (type == Q8_0) {
@@ -194,15 +191,14 @@ INLINE void TK(tile_rows_32)(const int type, const uint8_t *tile, const int64_t 
             acc[m] = tf_fmadd(tf_from_ti(sums[m]), tf_mul(d, tf_set1(act_d(a, m0 + m, g))), acc[m]);
     }
 }
-#endif
 
 /* Q4_K, or Q5_K with its fifth bits. */
-INLINE void TK(tile_rows_q4k)(const int type, const uint8_t *tile, const int64_t next, const Acts *a, const int m0,
-                          const int M, tvf *acc) {
+INLINE void TK(tile_rows_q4k)(const int type, const uint8_t *tile, const int64_t next, const int64_t stride,
+                              const Acts *a, const int m0, const int M, tvf *acc) {
     const tvi mask = ti_set1_8(0x0f);
     for (int m = 0; m < M; m++) acc[m] = tf_zero();
     for (int64_t b = 0; b < a->groups / 8; b++) {
-        const uint8_t *blk = tile + b * tile_group_bytes(type);
+        const uint8_t *blk = tile + b * stride;
         const tvf d = TK(tf_halves)(blk, next), dmin = TK(tf_halves)(blk + 16, next);
         for (int p = 0; p < 4; p++) {
             const int64_t g = 8 * b + 2 * p;
@@ -244,10 +240,11 @@ static inline tvi TK(q6k_chunk)(const uint8_t *blk, int64_t next, int h, int c, 
     return TK(ti_load)(blk + Q6_VALUES + 256 * (4 * h + c) + 32 * i, next);
 }
 
-INLINE void TK(tile_rows_q6k)(const uint8_t *tile, const int64_t next, const Acts *a, const int m0, const int M, tvf *acc) {
+INLINE void TK(tile_rows_q6k)(const uint8_t *tile, const int64_t next, const int64_t stride, const Acts *a, const int m0,
+                              const int M, tvf *acc) {
     for (int m = 0; m < M; m++) acc[m] = tf_zero();
     for (int64_t b = 0; b < a->groups / 8; b++) {
-        const uint8_t *blk = tile + b * tile_group_bytes(Q6_K);
+        const uint8_t *blk = tile + b * stride;
         const tvf d = TK(tf_halves)(blk, next);
         for (int h = 0; h < 2; h++) {
             for (int c = 0; c < 4; c++) {
@@ -289,38 +286,59 @@ INLINE void TK(tile_rows_q6k)(const uint8_t *tile, const int64_t next, const Act
     }
 }
 
-INLINE void TK(tile_rows)(const int type, const uint8_t *tile, const int64_t next, const Acts *a, const int m0, const int M,
-                      tvf *acc) {
-    if (type == Q4_K || type == Q5_K)
-        TK(tile_rows_q4k)(type, tile, next, a, m0, M, acc);
+/* `k_formats` (a constant once inlined): the type is Q4_K, Q5_K or Q6_K, else one of 32 weights a scale. */
+INLINE void TK(tile_rows)(const int type, const int k_formats, const uint8_t *tile, const int64_t next,
+                          const int64_t stride, const Acts *a, const int m0, const int M, tvf *acc) {
+    if (!k_formats)
+        TK(tile_rows_32)(type, tile, next, stride, a, m0, M, acc);
     else if (type == Q6_K)
-        TK(tile_rows_q6k)(tile, next, a, m0, M, acc);
-#if TILE_SPAN == 1
+        TK(tile_rows_q6k)(tile, next, stride, a, m0, M, acc);
     else
-        TK(tile_rows_32)(type, tile, next, a, m0, M, acc);
-#endif
+        TK(tile_rows_q4k)(type, tile, next, stride, a, m0, M, acc);
 }
 
-/* One span's sums for all M activation rows (a constant once inlined): out[m][tile of the span][row]. */
-INLINE void TK(tile_span)(const int type, const uint8_t *tile, const int64_t next, const Acts *a, const int M,
-                          float *out) {
+/* One span's sums for all M activation rows, passes of up to TILE_PASS_ROWS (each count a constant in
+ * its case): out[m][tile of the span][row]. */
+INLINE void TK(tile_span_rows)(const int type, const int k_formats, const uint8_t *tile, const int64_t next,
+                               const int64_t stride, const Acts *a, const int M, float *out) {
     for (int m0 = 0; m0 < M; m0 += TILE_PASS_ROWS) {
         const int rows = M - m0 < TILE_PASS_ROWS ? M - m0 : TILE_PASS_ROWS;
         tvf acc[TILE_PASS_ROWS];
         switch (rows) {
-        case 1: TK(tile_rows)(type, tile, next, a, m0, 1, acc); break;
-        case 2: TK(tile_rows)(type, tile, next, a, m0, 2, acc); break;
-        case 3: TK(tile_rows)(type, tile, next, a, m0, 3, acc); break;
-        case 4: TK(tile_rows)(type, tile, next, a, m0, 4, acc); break;
+        case 1: TK(tile_rows)(type, k_formats, tile, next, stride, a, m0, 1, acc); break;
+        case 2: TK(tile_rows)(type, k_formats, tile, next, stride, a, m0, 2, acc); break;
+        case 3: TK(tile_rows)(type, k_formats, tile, next, stride, a, m0, 3, acc); break;
+        case 4: TK(tile_rows)(type, k_formats, tile, next, stride, a, m0, 4, acc); break;
 #if TILE_PASS_ROWS > 4
-        case 5: TK(tile_rows)(type, tile, next, a, m0, 5, acc); break;
-        case 6: TK(tile_rows)(type, tile, next, a, m0, 6, acc); break;
-        case 7: TK(tile_rows)(type, tile, next, a, m0, 7, acc); break;
-        default: TK(tile_rows)(type, tile, next, a, m0, 8, acc); break;
+        case 5: TK(tile_rows)(type, k_formats, tile, next, stride, a, m0, 5, acc); break;
+        case 6: TK(tile_rows)(type, k_formats, tile, next, stride, a, m0, 6, acc); break;
+        case 7: TK(tile_rows)(type, k_formats, tile, next, stride, a, m0, 7, acc); break;
+        default: TK(tile_rows)(type, k_formats, tile, next, stride, a, m0, 8, acc); break;
 #endif
         }
         for (int m = 0; m < rows; m++) tf_store(out + (m0 + m) * TILE * TILE_SPAN, acc[m]);
     }
+}
+
+/* The K formats and those of 32 weights a scale in functions of their own: compiled into one,
+ * the K formats' loops ran a fifth slower at 8 rows (the compiler's choices for the larger
+ * function). */
+static __attribute__((noinline)) void TK(tile_span_k)(const int type, const uint8_t *tile, const int64_t next,
+                                                      const int64_t stride, const Acts *a, const int M, float *out) {
+    TK(tile_span_rows)(type, 1, tile, next, stride, a, M, out);
+}
+
+static __attribute__((noinline)) void TK(tile_span_32)(const int type, const uint8_t *tile, const int64_t next,
+                                                       const int64_t stride, const Acts *a, const int M, float *out) {
+    TK(tile_span_rows)(type, 0, tile, next, stride, a, M, out);
+}
+
+static inline void TK(tile_span)(const int type, const uint8_t *tile, const int64_t next, const int64_t stride,
+                                 const Acts *a, const int M, float *out) {
+    if (is_k(type))
+        TK(tile_span_k)(type, tile, next, stride, a, M, out);
+    else
+        TK(tile_span_32)(type, tile, next, stride, a, M, out);
 }
 
 #undef TK_CAT

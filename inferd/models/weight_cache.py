@@ -35,7 +35,7 @@ from inferd.cache_files import directory_accepts_writes, user_cache_dir
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 3  # 2: page-aligned tensors, memory-mapped at load; 3: Q6_K tiles a byte a weight
+FORMAT_VERSION = 4  # 2: page-aligned tensors, memory-mapped at load; 3: Q6_K tiles a byte a weight; 4: tiles in pairs
 DIGEST_LENGTH = 12
 PAGE = mmap.ALLOCATIONGRANULARITY  # a map's offset in the file must be a multiple of this
 _PADDING = "__padding__"  # entries that only fill the gap before a page-aligned tensor

@@ -17,10 +17,10 @@ def quantized(weights: np.ndarray, block_format: str) -> torch.Tensor:
     return torch.from_numpy(quants.quantize(weights.astype(np.float32), GGMLQuantizationType[block_format]))
 
 
-def head(block_format: str, rows: int, k: int, tiles: bool, seed: int = 0) -> gguf_gemv.Parts:
+def head(block_format: str, rows: int, k: int, tiles: bool, lib, seed: int = 0) -> gguf_gemv.Parts:
     weights = np.random.default_rng(seed).standard_normal((rows, k)) * 0.05
     raw = quantized(weights, block_format)
-    return gguf_gemv.Parts([(block_format, gguf_gemv.to_tiles(block_format, raw) if tiles else raw)], k, [tiles])
+    return gguf_gemv.Parts([(block_format, gguf_gemv.to_tiles(block_format, raw, lib=lib) if tiles else raw)], k, [tiles])
 
 
 def sampler_pick(x, parts, bias=None, out_dtype=torch.float32, lib=None) -> list[int]:
@@ -31,7 +31,7 @@ def sampler_pick(x, parts, bias=None, out_dtype=torch.float32, lib=None) -> list
 @pytest.mark.parametrize("tiles", [True, False])
 @pytest.mark.parametrize("rows", [1, 3, 8, 11])
 def test_each_rows_pick_is_the_argmax_of_the_product(gguf_lib, block_format, tiles, rows):
-    parts = head(block_format, 4096, 256, tiles, seed=rows)
+    parts = head(block_format, 4096, 256, tiles, gguf_lib, seed=rows)
     x = (torch.randn(rows, 256, generator=torch.Generator().manual_seed(rows)) * 3).to(torch.bfloat16)
     picks = gguf_gemv.argmax(x, parts, out_dtype=torch.float32, lib=gguf_lib)
     assert picks == sampler_pick(x, parts, lib=gguf_lib)
@@ -49,7 +49,7 @@ def test_a_tie_goes_to_the_lowest_index_across_the_threads_chunks(gguf_lib):
     x = torch.from_numpy(best).to(torch.bfloat16)[None].repeat(2, 1)
     for tiles in (True, False):
         raw = quantized(weights, "Q8_0")
-        parts = gguf_gemv.Parts([("Q8_0", gguf_gemv.to_tiles("Q8_0", raw) if tiles else raw)], k, [tiles])
+        parts = gguf_gemv.Parts([("Q8_0", gguf_gemv.to_tiles("Q8_0", raw, lib=gguf_lib) if tiles else raw)], k, [tiles])
         for _ in range(5):
             assert gguf_gemv.argmax(x, parts, out_dtype=torch.float32, lib=gguf_lib) == [5, 5]
 
@@ -60,7 +60,7 @@ def test_parts_bias_and_bf16_outputs_pick_as_the_written_product_would(gguf_lib)
     k = 256
     rng = np.random.default_rng(3)
     first, second = quantized(rng.standard_normal((64, k)) * 0.05, "Q8_0"), quantized(rng.standard_normal((24, k)) * 0.05, "Q5_0")
-    parts = gguf_gemv.Parts([("Q8_0", gguf_gemv.to_tiles("Q8_0", first)), ("Q5_0", second)], k, [True, False])
+    parts = gguf_gemv.Parts([("Q8_0", gguf_gemv.to_tiles("Q8_0", first, lib=gguf_lib)), ("Q5_0", second)], k, [True, False])
     x = torch.randn(4, k, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
     bias = torch.linspace(-0.5, 0.5, 88).to(torch.bfloat16)
     for out_dtype in (torch.float32, torch.bfloat16):
@@ -73,7 +73,7 @@ def test_parts_bias_and_bf16_outputs_pick_as_the_written_product_would(gguf_lib)
 
 @pytest.mark.parametrize("poison,row_fails", [(float("nan"), True), (float("inf"), True), (-float("inf"), False)])
 def test_a_row_with_no_finite_maximum_is_minus_one(gguf_lib, poison, row_fails):
-    parts = head("Q8_0", 64, 256, tiles=True)
+    parts = head("Q8_0", 64, 256, True, gguf_lib)
     x = torch.randn(2, 256, generator=torch.Generator().manual_seed(5))
     bias = torch.zeros(64)
     bias[17] = poison
@@ -83,12 +83,11 @@ def test_a_row_with_no_finite_maximum_is_minus_one(gguf_lib, poison, row_fails):
     assert gguf_gemv.argmax(x, parts, torch.full((64,), -float("inf")), torch.float32, lib=gguf_lib) == [-1, -1]
 
 
-def test_the_bundled_heads_picks_match_on_every_build():
-    from inferd.models.loader import load_model
-
-    lm = load_model(weights="auto").model.fast_head
-    x = (torch.randn(8, lm.in_features, generator=torch.Generator().manual_seed(6)) * 2).to(torch.bfloat16)
+def test_the_bundled_heads_picks_match_on_every_build(bundled_head_blocks):
+    k = 640
+    x = (torch.randn(8, k, generator=torch.Generator().manual_seed(6)) * 2).to(torch.bfloat16)
     for name in isa.runnable():
         build = gguf_gemv.library(tuple(isa.march_flags(name)))
-        assert gguf_gemv.argmax(x, lm.parts(), None, torch.float32, lib=build) == \
-            sampler_pick(x, lm.parts(), None, torch.float32, lib=build), name
+        parts = gguf_gemv.Parts([("Q8_0", gguf_gemv.to_tiles("Q8_0", bundled_head_blocks, lib=build))], k, [True])
+        assert gguf_gemv.argmax(x, parts, None, torch.float32, lib=build) == \
+            sampler_pick(x, parts, None, torch.float32, lib=build), name

@@ -136,14 +136,19 @@ def test_tiles_give_every_build_the_same_bits_and_a_row_the_same_bits_alone_or_i
     """Integer sums and the same float operations on every path: a greedy
     decode does not change with the build, nor a row with the rows beside it,
     a prefill chunk's many included (passes of MAX_ROWS, the last one short)."""
-    raw, _ = file_rows(block_format, 24, 512, seed=12)
-    tiles = gguf_gemv.to_tiles(block_format, torch.from_numpy(raw))
-    parts = gguf_gemv.Parts([(block_format, tiles)], 512, [True])
+    raw, _ = file_rows(block_format, 24, 512, seed=12)  # 3 tiles: a pair and a lone one
+
+    def tiled_parts(lib=None):  # each build reads tiles laid out as it lays them out
+        return gguf_gemv.Parts([(block_format, gguf_gemv.to_tiles(block_format, torch.from_numpy(raw), lib=lib))], 512,
+                               [True])
+
+    parts = tiled_parts()
     x = torch.randn(4 * gguf_gemv.MAX_ROWS + 3, 512, generator=torch.Generator().manual_seed(13))
     builds = {name: tuple(isa.march_flags(name)) for name in isa.runnable()}
     if "avx_vnni" in isa.cpu_flags():  # AVX2 with AVX-VNNI's 256-bit dot products, as Alder Lake has
         builds["avx2+avx-vnni"] = ("-march=x86-64-v3", "-mavxvnni")
-    results = {name: gguf_gemv.matmul(x, parts, out_dtype=torch.float32, lib=gguf_gemv.library(flags))
+    results = {name: gguf_gemv.matmul(x, tiled_parts(gguf_gemv.library(flags)), out_dtype=torch.float32,
+                                      lib=gguf_gemv.library(flags))
                for name, flags in builds.items()}
     first = next(iter(results.values()))
     for name, result in results.items():
@@ -152,16 +157,37 @@ def test_tiles_give_every_build_the_same_bits_and_a_row_the_same_bits_alone_or_i
         assert torch.equal(gguf_gemv.matmul(x[row:row + 1], parts, out_dtype=torch.float32)[0], first[row])
 
 
+def test_builds_with_512_bit_spans_lay_q8_0_tiles_in_pairs_and_the_k_formats_whole():
+    """A pair's groups alternate where the build reads two tiles at once (AVX-512 with VNNI):
+    after tile 0's first group of 8 scales comes tile 1's, rows 8-15; elsewhere tile 0's
+    second group, rows 0-7 again. Q4_K's tiles lie whole on every build."""
+    raw, _ = file_rows("Q8_0", 24, 64, seed=18)  # two groups a row, three tiles
+    k_raw, _ = file_rows("Q4_K", 16, 256, seed=19)
+    for name in isa.runnable():
+        lib = gguf_gemv.library(tuple(isa.march_flags(name)))
+        pairs = name == isa.runnable()[0] and {"avx512bw", "avx512_vnni"} <= isa.cpu_flags()
+        assert gguf_gemv.tile_layout(lib) == ("pairs" if pairs else "single"), name
+        tiles = gguf_gemv.to_tiles("Q8_0", torch.from_numpy(raw), lib=lib).flatten().numpy()
+        second = raw[8:16, 0:2] if pairs else raw[0:8, 34:36]
+        assert (tiles[272:288] == second.flatten()).all(), name
+        assert (tiles[2 * 2 * 272:2 * 2 * 272 + 16] == raw[16:24, 0:2].flatten()).all(), name  # the lone tile whole
+        k_tiles = gguf_gemv.to_tiles("Q4_K", torch.from_numpy(k_raw), lib=lib).flatten().numpy()
+        assert (k_tiles[8 * 148:8 * 148 + 16] == k_raw[8:16, 0:2].flatten()).all(), name
+
+
 def test_activations_quantize_alike_on_every_build_a_nan_as_zero():
     """The vector builds quantize activations as the portable C does, bit for bit; a NaN
     input is left out of its group's scale and counts as 0, so the row's products stay finite."""
     raw, _ = file_rows("Q8_0", 16, 256, seed=3)
-    parts = gguf_gemv.Parts([("Q8_0", gguf_gemv.to_tiles("Q8_0", torch.from_numpy(raw)))], 256, [True])
+
+    def tiled_parts(lib=None):
+        return gguf_gemv.Parts([("Q8_0", gguf_gemv.to_tiles("Q8_0", torch.from_numpy(raw), lib=lib))], 256, [True])
+
+    parts = tiled_parts()
     x = torch.randn(3, 256, generator=torch.Generator().manual_seed(4))
     x[1, 40] = float("nan")
-    results = {name: gguf_gemv.matmul(x, parts, out_dtype=torch.float32,
-                                      lib=gguf_gemv.library(tuple(isa.march_flags(name))))
-               for name in isa.runnable()}
+    libs = {name: gguf_gemv.library(tuple(isa.march_flags(name))) for name in isa.runnable()}
+    results = {name: gguf_gemv.matmul(x, tiled_parts(lib), out_dtype=torch.float32, lib=lib) for name, lib in libs.items()}
     zeroed = x.clone()
     zeroed[1, 40] = 0.0
     expected = gguf_gemv.matmul(zeroed, parts, out_dtype=torch.float32)
@@ -220,8 +246,9 @@ def test_parts_of_a_fused_layer_write_their_own_columns(build):
     (q, q_dense), (v, v_dense) = file_rows("Q5_0", 32, 256, seed=7), file_rows("Q6_K", 16, 256, seed=8)
     k, k_dense = file_rows("Q4_K", 12, 256, seed=15)
     x = torch.randn(3, 256, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16)
-    parts = gguf_gemv.Parts([("Q5_0", gguf_gemv.to_tiles("Q5_0", torch.from_numpy(q))), ("Q4_K", torch.from_numpy(k)),
-                             ("Q6_K", gguf_gemv.to_tiles("Q6_K", torch.from_numpy(v)))], 256, [True, False, True])
+    parts = gguf_gemv.Parts([("Q5_0", gguf_gemv.to_tiles("Q5_0", torch.from_numpy(q), lib=lib)),
+                             ("Q4_K", torch.from_numpy(k)), ("Q6_K", gguf_gemv.to_tiles("Q6_K", torch.from_numpy(v), lib=lib))],
+                            256, [True, False, True])
     bias = torch.arange(60).to(torch.bfloat16)
     got = gguf_gemv.matmul(x, parts, bias=bias, out_dtype=torch.float32, lib=lib).double().numpy()
     want = quantized_activations(x) @ np.concatenate([q_dense, k_dense, v_dense]).T + np.arange(60)

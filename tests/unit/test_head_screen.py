@@ -14,9 +14,10 @@ from inferd.arch.gguf_linear import GGUFLinear
 from inferd.kernels import gguf_gemv, isa
 
 
-def tiles_of(weights: np.ndarray) -> torch.Tensor:
+def tiles_of(weights: np.ndarray, lib) -> torch.Tensor:
+    """Q8_0 tiles laid out as `lib` lays them out."""
     raw = torch.from_numpy(quants.quantize(weights.astype(np.float32), GGMLQuantizationType.Q8_0))
-    return gguf_gemv.to_tiles("Q8_0", raw)
+    return gguf_gemv.to_tiles("Q8_0", raw, lib=lib)
 
 
 def picks(tiles: torch.Tensor, x: torch.Tensor, out_dtype: torch.dtype, lib) -> tuple[list[int], list[int], int]:
@@ -32,7 +33,7 @@ def picks(tiles: torch.Tensor, x: torch.Tensor, out_dtype: torch.dtype, lib) -> 
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
 def test_the_screen_picks_what_the_whole_head_picks(gguf_lib, rows, in_dtype, out_dtype):
     rng = np.random.default_rng(rows)
-    tiles = tiles_of(rng.standard_normal((8192, 256)) * 0.05)
+    tiles = tiles_of(rng.standard_normal((8192, 256)) * 0.05, gguf_lib)
     x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(rows)) * 4
     x[:, :3] *= 20  # a few large inputs, as a transformer's last hidden state has
     whole, screened, unnarrowed = picks(tiles, x.to(in_dtype), out_dtype, gguf_lib)
@@ -50,7 +51,7 @@ def test_near_ties_and_bf16_rounding_pick_the_lowest_index_the_whole_head_would(
     for at, nudge in ((6000, 0.0), (9, 1e-3), (4100, -1e-3), (8191, 2e-3), (200, 0.0)):
         weights[at] = best
         weights[at, 0] += nudge
-    tiles = tiles_of(weights)
+    tiles = tiles_of(weights, gguf_lib)
     x = torch.from_numpy(best * 40).float()[None].repeat(3, 1)
     x[1] *= 0.5
     for out_dtype in (torch.float32, torch.bfloat16):
@@ -62,7 +63,7 @@ def test_near_ties_and_bf16_rounding_pick_the_lowest_index_the_whole_head_would(
 def test_a_head_the_screen_cannot_narrow_is_computed_whole(gguf_lib):
     """Every row alike: every bound reaches the best, so the screen gives way to the whole head."""
     row = np.random.default_rng(2).standard_normal(256) * 0.05
-    tiles = tiles_of(np.tile(row, (4096, 1)))
+    tiles = tiles_of(np.tile(row, (4096, 1)), gguf_lib)
     x = torch.randn(2, 256, generator=torch.Generator().manual_seed(3))
     whole, screened, unnarrowed = picks(tiles, x, torch.float32, gguf_lib)
     assert screened == whole == [0, 0]
@@ -71,7 +72,7 @@ def test_a_head_the_screen_cannot_narrow_is_computed_whole(gguf_lib):
 
 @pytest.mark.parametrize("poison", [float("nan"), float("inf"), -float("inf")])
 def test_a_row_that_is_not_finite_is_picked_as_the_whole_head_picks_it(gguf_lib, poison):
-    tiles = tiles_of(np.random.default_rng(4).standard_normal((1024, 256)) * 0.05)
+    tiles = tiles_of(np.random.default_rng(4).standard_normal((1024, 256)) * 0.05, gguf_lib)
     x = torch.randn(3, 256, generator=torch.Generator().manual_seed(5))
     x[1, 17] = poison
     whole, screened, _ = picks(tiles, x, torch.float32, gguf_lib)
@@ -108,7 +109,7 @@ def test_a_head_layer_picks_through_its_screen_where_it_pays(monkeypatch):
         assert layer.argmax(x) == expected
 
 
-def test_the_bundled_heads_picks_through_the_screen_match_on_every_build():
+def test_the_bundled_heads_picks_through_the_screen_match_on_every_build(bundled_head_blocks):
     from inferd.models.loader import load_model
 
     model = load_model(weights="auto").model
@@ -119,6 +120,8 @@ def test_the_bundled_heads_picks_through_the_screen_match_on_every_build():
     x = (x * 100 / x.norm(dim=1, keepdim=True)).to(torch.bfloat16)
     for name in isa.runnable():
         build = gguf_gemv.library(tuple(isa.march_flags(name)))
-        screen = gguf_gemv.HeadScreen(head.raw0, head.in_features, lib=build)
-        assert screen.argmax(x, torch.float32) == gguf_gemv.argmax(x, head.parts(), None, torch.float32, lib=build), name
+        tiles = gguf_gemv.to_tiles("Q8_0", bundled_head_blocks, lib=build)
+        screen = gguf_gemv.HeadScreen(tiles, head.in_features, lib=build)
+        whole = gguf_gemv.Parts([("Q8_0", tiles)], head.in_features, [True])
+        assert screen.argmax(x, torch.float32) == gguf_gemv.argmax(x, whole, None, torch.float32, lib=build), name
         assert screen.whole_head_passes == 0, name
