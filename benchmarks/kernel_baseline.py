@@ -1,13 +1,15 @@
 """Decode steps with this tree's GGUF kernels against another tree's, in one process.
 
     python benchmarks/kernel_baseline.py --baseline /path/to/other/tree [--streams 1 8] [--rounds 10]
-        [--model PATH | --k-model]
+        [--model PATH | --k-model] [--kernel gguf_gemv | decode_attention] [--prompt-tokens N]
 
 The engine (one call per step, greedy, speculation off) runs on this tree's
-code; only the library of GGUF products (`gguf_gemv.c` and its headers) is
-switched between this tree's and the baseline's (a `git worktree` of an older
-commit) every round, alternating which goes first, so a loaded host slows
-both alike. The weights are tiled once, by this tree: both libraries must
+code; only the library of GGUF products (`gguf_gemv.c` and its headers), or
+with `--kernel decode_attention` that of decode attention, is switched
+between this tree's and the baseline's (a `git worktree` of an older commit)
+every round, alternating which goes first, so a loaded host slows both
+alike. `--prompt-tokens` sets each stream's context (attention reads it all
+every step). The weights are tiled once, by this tree: both libraries must
 read the same tile layout. Prints each side's median step and in how many
 rounds this tree's was the faster.
 
@@ -35,7 +37,7 @@ from inferd.config import EngineConfig
 from inferd.engine.engine import Engine
 from inferd.engine.engine_request import EngineRequest
 from inferd.engine.sampling_params import SamplingParams
-from inferd.kernels import decode_layers, gguf_gemv
+from inferd.kernels import decode_attention, decode_layers, gguf_gemv
 from inferd.kernels.native import load_kernel
 from inferd.models.loader import load_model
 
@@ -48,6 +50,14 @@ def gemv_library(tree: Path, flags: tuple[str, ...] = ()) -> ctypes.CDLL:
     return load_kernel(tree / "inferd" / "kernels" / "gguf_gemv.c", flags,
                        inferd_gguf_gemv=([g.INT, g.PTR, g.PTR, g.PTR, g.I64, g.PTR, g.I64, g.PTR, g.INT, g.PTR, g.INT],
                                          g.INT))
+
+
+def attention_library(tree: Path, flags: tuple[str, ...] = ()) -> ctypes.CDLL:
+    """Another tree's decode attention."""
+    g = gguf_gemv
+    return load_kernel(tree / "inferd" / "kernels" / "decode_attention.c", flags,
+                       inferd_decode_attention=([g.PTR, g.I64, g.I64, g.I64, g.I64, g.PTR, g.PTR, g.I64, g.PTR, g.PTR,
+                                                 g.I64, ctypes.c_float, g.PTR], g.INT))
 
 
 def write_k_model(path: Path) -> None:
@@ -107,18 +117,26 @@ def main() -> int:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--model", default=None, help="a GGUF file or model name (default: the bundled model)")
     which.add_argument("--k-model", action="store_true", help="a llama-shaped GGUF of random K-format blocks")
+    parser.add_argument("--kernel", choices=["gguf_gemv", "decode_attention"], default="gguf_gemv")
+    parser.add_argument("--prompt-tokens", type=int, default=None, help="each stream's prompt length")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    libraries = {"this tree": gguf_gemv.library(), "baseline": gemv_library(args.baseline.resolve())}
     own = decode_layers.kernels()
+    if args.kernel == "gguf_gemv":
+        libraries = {"this tree": gguf_gemv.library(), "baseline": gemv_library(args.baseline.resolve())}
+        field, symbol = "gemv", "inferd_gguf_gemv"
+    else:
+        libraries = {"this tree": decode_attention.library(), "baseline": attention_library(args.baseline.resolve())}
+        field, symbol = "decode_attention", "inferd_decode_attention"
     kernels = {}
     for name, library in libraries.items():
         kernels[name] = decode_layers.Kernels.from_buffer_copy(own)
-        kernels[name].gemv = ctypes.cast(library.inferd_gguf_gemv, ctypes.c_void_p).value
+        setattr(kernels[name], field, ctypes.cast(getattr(library, symbol), ctypes.c_void_p).value)
     side = ["this tree"]
-    decode_layers.kernels = lambda: kernels[side[0]]  # the layers' products, one native call a step
-    gguf_gemv.library = lambda extra_flags=(): libraries[side[0]]  # the head's, through gguf_gemv.matmul
+    decode_layers.kernels = lambda: kernels[side[0]]  # the layers' kernels, one native call a step
+    if args.kernel == "gguf_gemv":
+        gguf_gemv.library = lambda extra_flags=(): libraries[side[0]]  # the head's, through gguf_gemv.matmul
 
     with tempfile.TemporaryDirectory() as folder:
         model = args.model
@@ -128,6 +146,8 @@ def main() -> int:
         loaded = load_model(model)
         loaded.model.fuse_decode = True
         prompt = list(range(3, 40)) if args.k_model else loaded.tokenizer.encode("Write a short story about a lighthouse keeper.")
+        if args.prompt_tokens:
+            prompt = [prompt[i % len(prompt)] for i in range(args.prompt_tokens)]
         print(f"{model or 'the bundled model'}, {args.threads} threads; median step (ms)")
         for streams in args.streams:
             engine = Engine(loaded, EngineConfig(parallel=streams, ctx_size=2048, speculative="off"))

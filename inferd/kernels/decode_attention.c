@@ -3,7 +3,10 @@
  * For each sequence and KV head, the query heads that share it score every
  * context slot, softmax, and sum the values: in float32, reading K and V
  * straight from their cache slots (no gathered copy), skipping masked slots.
- * Each sequence is computed on its own, so batching never changes a result.
+ * Query-key products go by pairs of bf16 elements (vdpbf16ps where the CPU has
+ * AVX512-BF16), each slot's key and value rows are asked of memory a few slots
+ * ahead (the context's pages lie scattered), and each sequence is computed on
+ * its own, so batching never changes a result.
  *
  * q: bf16, row b's head h at q[b * q_row_stride + h * D]; caches: bf16
  * [slots, Hkv, D]; slots: int64 [B, L]; mask: float32 [B, L], 0 or -inf;
@@ -140,16 +143,134 @@ static inline f16x f16_add(f16x a, f16x b) {
     return a;
 }
 
-/* scores[g][l] = q[g] . k_l * scale + mask[l] for the four heads of qf, every unmasked slot. */
-static void score_slots(const float *qf, int64_t D, const uint16_t *k_cache, int64_t Hkv, int64_t h,
-                        const int64_t *slots, const float *mask, int64_t L, float scale, float *scores) {
+/* Query-key dots by pairs of bf16 elements. A row's elements go 32 at a time (a chunk; a
+ * last one of 16 is zero-padded), lane i of 16 taking elements 2i and 2i + 1, and each lane adds
+ * its odd product and then its even one to its running sum, each fused: what AVX512-BF16's
+ * vdpbf16ps computes (a product of bf16 values is exact in float32), one instruction for 32
+ * products, and what the other builds compute with two fused multiply-adds (checked bit for bit
+ * on Zen 4; the instruction also counts denormal bf16 values, below 2^-126, as zero, which keys
+ * and queries out of their norms never are). */
+#if VEC_LANES == 16 && defined(__AVX512BF16__)
+#define NATIVE_PAIRS 1
+#else
+#define NATIVE_PAIRS 0
+#endif
+
+/* One key chunk, loaded once for the four heads. */
+typedef struct {
+#if NATIVE_PAIRS
+    __m512i raw;
+#elif VEC_LANES == 16
+    vf odd, even;
+#elif VEC_LANES == 8
+    vf odd_lo, even_lo, odd_hi, even_hi;
+#else
+    float odd[W], even[W];
+#endif
+} KeyPairs;
+
+/* Key chunk at k (16 elements if `half`, the rest zero). As dwords, an odd element's float is
+ * the dword's high half with zero below, the even one's the low half moved up. */
+static inline KeyPairs key_pairs(const uint16_t *k, int half) {
+    KeyPairs r;
+#if NATIVE_PAIRS
+    r.raw = half ? _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)k)) : _mm512_loadu_si512(k);
+#elif VEC_LANES == 16
+    const __m512i raw = half ? _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)k)) : _mm512_loadu_si512(k);
+    r.odd = _mm512_castsi512_ps(_mm512_and_si512(raw, _mm512_set1_epi32((int)0xffff0000)));
+    r.even = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
+#elif VEC_LANES == 8
+    const __m256i lo = _mm256_loadu_si256((const __m256i *)k),
+                  hi = half ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)(k + 16));
+    r.odd_lo = _mm256_castsi256_ps(_mm256_and_si256(lo, _mm256_set1_epi32((int)0xffff0000)));
+    r.even_lo = _mm256_castsi256_ps(_mm256_slli_epi32(lo, 16));
+    r.odd_hi = _mm256_castsi256_ps(_mm256_and_si256(hi, _mm256_set1_epi32((int)0xffff0000)));
+    r.even_hi = _mm256_castsi256_ps(_mm256_slli_epi32(hi, 16));
+#else
+    for (int i = 0; i < W; i++) {
+        const int in = !half || i < W / 2;
+        r.odd[i] = in ? bf16_to_float(k[2 * i + 1]) : 0.0f;
+        r.even[i] = in ? bf16_to_float(k[2 * i]) : 0.0f;
+    }
+#endif
+    return r;
+}
+
+/* A group's four query heads by pairs: raw bf16 chunks for vdpbf16ps, else each chunk's odd and
+ * even elements as floats; zero past D and for missing heads. `Dp`: D rounded up to 32. */
+typedef struct {
+    int64_t Dp;
+#if NATIVE_PAIRS
+    uint16_t *raw; /* [HEADS][Dp] */
+#else
+    float *odd, *even; /* [HEADS][Dp / 2] */
+#endif
+} QueryPairs;
+
+static void query_pairs(QueryPairs *qp, const uint16_t *q, int heads, int64_t D) {
+    for (int g = 0; g < HEADS; g++) {
+        for (int64_t e = 0; e < qp->Dp; e++) {
+            const uint16_t v = g < heads && e < D ? q[g * D + e] : 0;
+#if NATIVE_PAIRS
+            qp->raw[g * qp->Dp + e] = v;
+#else
+            (e % 2 ? qp->odd : qp->even)[g * qp->Dp / 2 + e / 2] = bf16_to_float(v);
+#endif
+        }
+    }
+}
+
+/* acc + head g's pair products with key chunk c. */
+static inline f16x pairs_dot(f16x acc, const QueryPairs *qp, int g, int64_t c, const KeyPairs *k) {
+#if NATIVE_PAIRS
+    acc.v = _mm512_dpbf16_ps(acc.v, (__m512bh)_mm512_loadu_si512(qp->raw + g * qp->Dp + 32 * c), (__m512bh)k->raw);
+#else
+    const int64_t at = g * qp->Dp / 2 + W * c;
+#if VEC_LANES == 16
+    acc.v = vf_fmadd(vf_load(qp->odd + at), k->odd, acc.v);
+    acc.v = vf_fmadd(vf_load(qp->even + at), k->even, acc.v);
+#elif VEC_LANES == 8
+    acc.lo = vf_fmadd(vf_load(qp->odd + at), k->odd_lo, acc.lo);
+    acc.lo = vf_fmadd(vf_load(qp->even + at), k->even_lo, acc.lo);
+    acc.hi = vf_fmadd(vf_load(qp->odd + at + 8), k->odd_hi, acc.hi);
+    acc.hi = vf_fmadd(vf_load(qp->even + at + 8), k->even_hi, acc.hi);
+#else
+    for (int i = 0; i < W; i++) {
+        acc.f[i] = fmaf(qp->odd[at + i], k->odd[i], acc.f[i]);
+        acc.f[i] = fmaf(qp->even[at + i], k->even[i], acc.f[i]);
+    }
+#endif
+#endif
+    return acc;
+}
+
+/* Slots ahead of the one being scored whose key and value rows are asked of memory now: a
+ * context's slots lie in pages of a few rows scattered over the cache, so the hardware's
+ * prefetchers lose the stream at every page. */
+#define FETCH_AHEAD 6
+
+static inline void fetch_ahead(const uint16_t *k_cache, const uint16_t *v_cache, int64_t Hkv, int64_t h, int64_t D,
+                               const int64_t *slots, int64_t l) {
+    const char *k = (const char *)(k_cache + (slots[l] * Hkv + h) * D), *v = (const char *)(v_cache + (slots[l] * Hkv + h) * D);
+    for (int64_t at = 0; at < D * 2; at += 64) {
+        __builtin_prefetch(k + at, 0, 3);
+        __builtin_prefetch(v + at, 0, 2);
+    }
+}
+
+/* scores[g][l] = q[g] . k_l * scale + mask[l] for the four heads, every unmasked slot. `qf`: the
+ * heads as floats, for a head size that is not a multiple of 16 (one sum in order). */
+static void score_slots(const QueryPairs *qp, const float *qf, int64_t D, const uint16_t *k_cache,
+                        const uint16_t *v_cache, int64_t Hkv, int64_t h, const int64_t *slots, const float *mask,
+                        int64_t L, float scale, float *scores) {
     for (int64_t l = 0; l < L; l++) {
         if (isinf(mask[l])) {
             for (int g = 0; g < HEADS; g++) scores[g * L + l] = -INFINITY;
             continue;
         }
         const uint16_t *k = k_cache + (slots[l] * Hkv + h) * D;
-        if (D % W) { /* an odd head size: one sum in order, the same on every build */
+        fetch_ahead(k_cache, v_cache, Hkv, h, D, slots, l + FETCH_AHEAD < L ? l + FETCH_AHEAD : l);
+        if (D % 16) { /* an odd head size: one sum in order, the same on every build */
             for (int g = 0; g < HEADS; g++) {
                 float sum = 0;
                 for (int64_t d = 0; d < D; d++) sum = fmaf(qf[g * D + d], bf16_to_float(k[d]), sum);
@@ -159,9 +280,9 @@ static void score_slots(const float *qf, int64_t D, const uint16_t *k_cache, int
         }
         f16x acc[HEADS];
         for (int g = 0; g < HEADS; g++) acc[g] = f16_zero();
-        for (int64_t d = 0; d < D; d += W) {
-            const f16x kd = f16_load_bf16(k + d);
-            for (int g = 0; g < HEADS; g++) acc[g] = f16_fmadd(f16_load(qf + g * D + d), kd, acc[g]);
+        for (int64_t c = 0; 32 * c < D; c++) {
+            const KeyPairs kc = key_pairs(k + 32 * c, D - 32 * c < 32);
+            for (int g = 0; g < HEADS; g++) acc[g] = pairs_dot(acc[g], qp, g, c, &kc);
         }
         for (int g = 0; g < HEADS; g++) scores[g * L + l] = fmaf(f16_sum(acc[g]), scale, mask[l]);
     }
@@ -171,7 +292,7 @@ static void score_slots(const float *qf, int64_t D, const uint16_t *k_cache, int
 static void softmax(float *scores, int heads, int64_t L) {
     for (int g = 0; g < heads; g++) {
         float *s = scores + g * L, top = -INFINITY;
-        for (int64_t l = 0; l < L; l++) top = fmaxf(top, s[l]);
+        for (int64_t l = 0; l < L; l++) top = s[l] > top ? s[l] : top; /* fmaxf's value, without its call */
         if (isinf(top)) { /* every slot masked (never built): zeros */
             memset(s, 0, (size_t)L * sizeof(float));
             continue;
@@ -229,23 +350,40 @@ static void sum_values(const float *p, int heads, int64_t D, const uint16_t *v_c
 static int attend(const uint16_t *q, int64_t G, int64_t D, const uint16_t *k_cache, const uint16_t *v_cache,
                   int64_t Hkv, int64_t h, const int64_t *slots, const float *mask, int64_t L, float scale,
                   uint16_t *out) {
+    QueryPairs qp = {.Dp = (D + 31) / 32 * 32};
     float *qf = malloc((size_t)(HEADS * D) * sizeof(float)); /* a group's heads, then zeros */
     float *scores = calloc((size_t)(HEADS * L), sizeof(float));
     float *acc = malloc((size_t)(HEADS * D) * sizeof(float));
-    if (!qf || !scores || !acc) {
-        free(qf), free(scores), free(acc);
-        return -1;
+#if NATIVE_PAIRS
+    qp.raw = malloc((size_t)(HEADS * qp.Dp) * sizeof(uint16_t));
+    const int pairs_ok = qp.raw != NULL;
+#else
+    qp.odd = malloc((size_t)(HEADS * qp.Dp) * sizeof(float));
+    qp.even = qp.odd ? qp.odd + HEADS * qp.Dp / 2 : NULL;
+    const int pairs_ok = qp.odd != NULL;
+#endif
+    int status = 0;
+    if (!qf || !scores || !acc || !pairs_ok) {
+        status = -1;
+        goto done;
     }
     for (int64_t g0 = 0; g0 < G; g0 += HEADS) {
         const int heads = (int)(G - g0 < HEADS ? G - g0 : HEADS);
         memset(qf, 0, (size_t)(HEADS * D) * sizeof(float));
         for (int64_t i = 0; i < heads * D; i++) qf[i] = bf16_to_float(q[g0 * D + i]);
-        score_slots(qf, D, k_cache, Hkv, h, slots, mask, L, scale, scores);
+        query_pairs(&qp, q + g0 * D, heads, D);
+        score_slots(&qp, qf, D, k_cache, v_cache, Hkv, h, slots, mask, L, scale, scores);
         softmax(scores, heads, L);
         sum_values(scores, heads, D, v_cache, Hkv, h, slots, mask, L, acc, out + g0 * D);
     }
+done:
+#if NATIVE_PAIRS
+    free(qp.raw);
+#else
+    free(qp.odd);
+#endif
     free(qf), free(scores), free(acc);
-    return 0;
+    return status;
 }
 
 int inferd_decode_attention(const uint16_t *q, int64_t q_row_stride, int64_t B, int64_t H, int64_t D,
