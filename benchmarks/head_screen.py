@@ -1,12 +1,19 @@
 """A greedy pick from the bundled Q8_0 head: the whole head against its screen, per build.
 
     python benchmarks/head_screen.py [--isa avx512 avx2] [--rows 1 8] [--rounds 3]
+    python benchmarks/head_screen.py --steps [--streams 1 2]
 
 The activations are the last hidden states of a real greedy decode (8 prompts
 at once), so the screen narrows the head as it does when serving. For each
 build and row count: the median ms of `gguf_gemv.argmax` over the whole head
 and of `HeadScreen.argmax`, the passes the screen could not narrow, and a
 check that both pick the same tokens. 2 threads, as the server's default here.
+
+With `--steps`, whole decode steps instead (the engine alone, greedy, this
+CPU's build): the screen used as the build says (`gguf_gemv.screen_rows`)
+against never, switched every round of 30 steps in one process, alternating
+which goes first; the median step of each and in how many rounds the screen's
+was the faster.
 """
 
 from __future__ import annotations
@@ -46,15 +53,49 @@ def hidden_states(loaded, tokens: int) -> torch.Tensor:
     return torch.cat([x.reshape(-1, head.in_features) for x in seen])
 
 
+def steps(loaded, streams_list: list[int], rounds: int = 10, per_round: int = 30) -> None:
+    """Decode steps with the screen where the build uses it against without it, in one process."""
+    limit = {"screen": gguf_gemv.screen_rows(), "whole head": 0}
+    side = ["screen"]
+    gguf_gemv.screen_rows = lambda lib=None: limit[side[0]]
+    prompt = loaded.tokenizer.encode(PROMPTS[0])
+    print(f"screened up to {limit['screen']} rows on this build; median step (ms)")
+    for streams in streams_list:
+        engine = Engine(loaded, EngineConfig(parallel=streams, ctx_size=2048, speculative="off"))
+        params = SamplingParams(max_tokens=2 * rounds * per_round + 16, temperature=0.0, ignore_eos=True)
+        for i in range(streams):
+            engine.add_request(EngineRequest(f"r{i}", prompt, params))
+        for _ in range(6):  # the prefill, then a few decode steps
+            engine.step()
+        times: dict[str, list[float]] = {name: [] for name in limit}
+        for r in range(rounds):
+            for name in list(limit)[:: 1 if r % 2 == 0 else -1]:
+                side[0] = name
+                taken = []
+                for _ in range(per_round):
+                    began = time.perf_counter()
+                    engine.step()
+                    taken.append(time.perf_counter() - began)
+                times[name].append(statistics.median(taken) * 1e3)
+        screened, whole = (statistics.median(times[name]) for name in limit)
+        wins = sum(a < b for a, b in zip(times["screen"], times["whole head"]))
+        print(f"{streams} streams: screen {screened:.2f}, whole head {whole:.2f} ({whole / screened:.2f}x); "
+              f"the screen's faster in {wins} of {rounds} rounds", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--isa", nargs="+", default=list(isa.runnable()))
     parser.add_argument("--rows", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--steps", action="store_true", help="time whole decode steps with and without the screen")
+    parser.add_argument("--streams", nargs="+", type=int, default=[1, 2])
     args = parser.parse_args()
     torch.set_num_threads(2)
     loaded = load_model(weights="auto")
+    if args.steps:
+        return steps(loaded, args.streams)
     head = loaded.model.fast_head
     if head.formats != ["Q8_0"]:
         raise SystemExit(f"the head is {head.formats}, not Q8_0")

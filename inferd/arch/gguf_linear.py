@@ -81,7 +81,7 @@ class GGUFLinear(nn.Module):
         rows = x.numel() // self.in_features
         if self.dense_from_rows is not None and rows >= self.dense_from_rows and leading_decode_rows() < rows:
             return None
-        screen = self.screen()
+        screen = self.screen() if rows <= gguf_gemv.screen_rows() else None
         if screen is not None:
             return screen.argmax(x, self.kernel_out_dtype)
         return gguf_gemv.argmax(x, self.parts(), self.bias, self.kernel_out_dtype)
@@ -107,11 +107,11 @@ class GGUFLinear(nn.Module):
         return self._parts
 
     def screen(self) -> gguf_gemv.HeadScreen | None:
-        """The screen a greedy pick reads first (`gguf_gemv.HeadScreen`), built on first use: for a
-        Q8_0 head without bias, on builds whose dot products take Q8_0's signed bytes the slow way."""
+        """The screen a greedy pick of few enough rows reads first (`gguf_gemv.HeadScreen`,
+        `gguf_gemv.screen_rows`), built on first use: for a Q8_0 head without bias."""
         if not self._screen_built:
             self._screen_built = True
-            if self.formats == ["Q8_0"] and self.bias is None and gguf_gemv.screen_pays() \
+            if self.formats == ["Q8_0"] and self.bias is None and gguf_gemv.screen_rows() > 0 \
                     and gguf_gemv.tiled("Q8_0", self.out_features) and self.raw0.device.type == "cpu":
                 self._screen = gguf_gemv.HeadScreen(self.raw0, self.in_features)
         return self._screen

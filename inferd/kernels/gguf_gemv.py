@@ -42,7 +42,7 @@ def library(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
                        inferd_gguf_gemv=([INT, PTR, PTR, PTR, I64, PTR, I64, PTR, INT, PTR, INT], INT),
                        inferd_gguf_argmax=([INT, PTR, PTR, PTR, I64, PTR, I64, PTR, INT, INT, PTR], INT),
                        inferd_gguf_gemv_vectorized=([], INT),
-                       inferd_gguf_screen_pays=([], INT),
+                       inferd_gguf_screen_rows=([], INT),
                        inferd_gguf_tile_pairs=([], INT),
                        inferd_gguf_to_tiles=([INT, PTR, I64, I64, PTR], INT),
                        inferd_gguf_screen_of=([PTR, I64, I64, PTR], INT),
@@ -59,11 +59,13 @@ def vectorized() -> bool:
     return lib is not None and bool(lib.inferd_gguf_gemv_vectorized())
 
 
-def screen_pays(lib: ctypes.CDLL | None = None) -> bool:
-    """A greedy pick from a Q8_0 head is faster through its screen (`HeadScreen`): on vector
-    builds without VNNI, where Q8_0's signed bytes take twice the instructions of the screen's."""
+def screen_rows(lib: ctypes.CDLL | None = None) -> int:
+    """The most rows for which a greedy pick from a Q8_0 head is faster through its screen
+    (`HeadScreen`): any number on vector builds without VNNI, where Q8_0's signed bytes take
+    twice the instructions of the screen's; one or two with VNNI, where the head is bound by
+    memory at so few rows; none on the portable build."""
     lib = lib or library()
-    return lib is not None and bool(lib.inferd_gguf_screen_pays())
+    return 0 if lib is None else lib.inferd_gguf_screen_rows()
 
 
 def supports(block_format: str, in_features: int) -> bool:

@@ -52,52 +52,74 @@ static void bound_weights(const Acts *a, const int M, float *u) {
     }
 }
 
-/* The screen's pass, shared by the region's threads: top[t * M + m] the largest bound of tile t
- * for row m, and in `probe` each row's largest bound and where it is. */
+/* Tile t's bounds from its screen sums (row m's 8 at s + m * ld): top[t * M + m] the largest, and
+ * `probe` keeps each row's largest bound and where it is. */
+static void bound_tile(const uint8_t *tile, const int64_t stride, const int64_t t, const Acts *a, const int M,
+                       const float *u, float *s, const int64_t ld, float *top, Best *probe) {
+#if TILES_VECTORIZED
+    __m256 bound[MAX_ROWS];
+    for (int m = 0; m < M; m++) bound[m] = _mm256_mul_ps(_mm256_loadu_ps(s + m * ld), _mm256_set1_ps(8.0f));
+    for (int64_t g = 0; g < a->groups; g++) {
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(tile + g * stride)));
+        for (int m = 0; m < M; m++) bound[m] = _mm256_fmadd_ps(d, _mm256_set1_ps(u[g * M + m]), bound[m]);
+    }
+    for (int m = 0; m < M; m++) { /* the scalar path only for a tile that may hold a new probe, or a NaN */
+        const __m256 v = bound[m];
+        __m256 most = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
+        most = _mm256_max_ps(most, _mm256_shuffle_ps(most, most, 0x4e));
+        most = _mm256_max_ps(most, _mm256_shuffle_ps(most, most, 0xb1));
+        const int nan = _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        top[t * M + m] = nan ? NAN : _mm256_cvtss_f32(most);
+        if (nan || !(_mm256_cvtss_f32(most) < probe->value[m])) {
+            _mm256_storeu_ps(s + m * ld, v);
+            for (int r = 0; r < TILE; r++) best_keep(probe, m, t * TILE + r, s[m * ld + r]);
+        }
+    }
+#else
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < TILE; r++) s[m * ld + r] *= 8.0f;
+    for (int64_t g = 0; g < a->groups; g++)
+        for (int r = 0; r < TILE; r++) {
+            const float d = load_half(tile + g * stride + 2 * r);
+            for (int m = 0; m < M; m++) s[m * ld + r] = fmaf(d, u[g * M + m], s[m * ld + r]);
+        }
+    for (int m = 0; m < M; m++) {
+        float most = s[m * ld];
+        for (int r = 0; r < TILE; r++) {
+            most = s[m * ld + r] > most || s[m * ld + r] != s[m * ld + r] ? s[m * ld + r] : most;
+            best_keep(probe, m, t * TILE + r, s[m * ld + r]);
+        }
+        top[t * M + m] = most;
+    }
+#endif
+}
+
+/* The screen's pass, shared by the region's threads, a span of tiles at a time as the head's
+ * products go (two in 512-bit vectors where the build has them: the screen's tiles lie in pairs
+ * there, and read one at a time they stream at half the rate): top[t * M + m] the largest bound
+ * of tile t for row m, and in `probe` each row's largest bound and where it is. */
 static void screen_pass(const uint8_t *screen, const int64_t tiles, const Acts *a, const int M, const float *u,
                         float *top, Best *probe) {
-    const int64_t chunk = work_chunk(tiles);
+    const int width = tile_span_of();
+    const int64_t spans = (tiles + width - 1) / width, chunk = work_chunk(spans);
 #pragma omp for schedule(dynamic, chunk) nowait
-    for (int64_t t = 0; t < tiles; t++) {
-        const TilePlace place = tile_place(Q5_0, t, tiles, a->K);
-        const uint8_t *tile = screen + place.at;
-        float s[MAX_ROWS * TILE];
-        tile_sums(Q5_0, screen, t, tiles, a, M, s);
-#if TILES_VECTORIZED
-        __m256 bound[MAX_ROWS];
-        for (int m = 0; m < M; m++) bound[m] = _mm256_mul_ps(_mm256_loadu_ps(s + m * TILE), _mm256_set1_ps(8.0f));
-        for (int64_t g = 0; g < a->groups; g++) {
-            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(tile + g * place.stride)));
-            for (int m = 0; m < M; m++) bound[m] = _mm256_fmadd_ps(d, _mm256_set1_ps(u[g * M + m]), bound[m]);
-        }
-        for (int m = 0; m < M; m++) { /* the scalar path only for a tile that may hold a new probe, or a NaN */
-            const __m256 v = bound[m];
-            __m256 most = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
-            most = _mm256_max_ps(most, _mm256_shuffle_ps(most, most, 0x4e));
-            most = _mm256_max_ps(most, _mm256_shuffle_ps(most, most, 0xb1));
-            const int nan = _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-            top[t * M + m] = nan ? NAN : _mm256_cvtss_f32(most);
-            if (nan || !(_mm256_cvtss_f32(most) < probe->value[m])) {
-                _mm256_storeu_ps(s + m * TILE, v);
-                for (int r = 0; r < TILE; r++) best_keep(probe, m, t * TILE + r, s[m * TILE + r]);
+    for (int64_t span = 0; span < spans; span++) {
+        const int64_t t0 = span * width;
+        float s[MAX_ROWS * TILE * 2]; /* [m][tile of the span][row] */
+#if TILES_WIDE
+        if (width == 2) {
+            const TilePlace place = tile_place(Q5_0, t0, tiles, a->K);
+            tile_span_2(Q5_0, screen + place.at, place.next, place.stride, a, M, s);
+            for (int j = 0; j < 2 && t0 + j < tiles; j++) {
+                const TilePlace own = tile_place(Q5_0, t0 + j, tiles, a->K);
+                bound_tile(screen + own.at, own.stride, t0 + j, a, M, u, s + j * TILE, 2 * TILE, top, probe);
             }
-        }
-#else
-        for (int i = 0; i < M * TILE; i++) s[i] *= 8.0f;
-        for (int64_t g = 0; g < a->groups; g++)
-            for (int r = 0; r < TILE; r++) {
-                const float d = load_half(tile + g * place.stride + 2 * r);
-                for (int m = 0; m < M; m++) s[m * TILE + r] = fmaf(d, u[g * M + m], s[m * TILE + r]);
-            }
-        for (int m = 0; m < M; m++) {
-            float most = s[m * TILE];
-            for (int r = 0; r < TILE; r++) {
-                most = s[m * TILE + r] > most || s[m * TILE + r] != s[m * TILE + r] ? s[m * TILE + r] : most;
-                best_keep(probe, m, t * TILE + r, s[m * TILE + r]);
-            }
-            top[t * M + m] = most;
+            continue;
         }
 #endif
+        const TilePlace place = tile_place(Q5_0, t0, tiles, a->K);
+        tile_sums(Q5_0, screen, t0, tiles, a, M, s);
+        bound_tile(screen + place.at, place.stride, t0, a, M, u, s, TILE, top, probe);
     }
 }
 
@@ -166,6 +188,7 @@ static int screened_pass(const uint8_t *head, const uint8_t *screen, const int64
  * in Q5_0 tiles (see above). Both lie group by group in the same order (`tile_place`). */
 static void screen_of(const uint8_t *head, const int64_t N, const int64_t K, uint8_t *screen) {
     const int64_t groups = N / TILE * (K / GROUP);
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < groups; i++) {
         const uint8_t *from = head + i * tile_group_bytes(Q8_0);
         uint8_t *to = screen + i * tile_group_bytes(Q5_0);

@@ -87,26 +87,31 @@ def test_only_a_q8_0_head_in_tiles_takes_a_screen(gguf_lib):
         gguf_gemv.HeadScreen(torch.zeros(1020, 256 // 32 * 34, dtype=torch.uint8), 256, lib=gguf_lib)
 
 
-def test_the_screen_pays_on_vector_builds_whose_q8_0_products_lack_vnni():
+def test_the_screen_pays_at_any_row_count_without_vnni_and_at_one_or_two_rows_with_it():
     vnni = bool(isa.cpu_flags() & {"avx512_vnni", "avx_vnni"})
     for name in isa.runnable():
         build = gguf_gemv.library(tuple(isa.march_flags(name)))
         native = name == isa.runnable()[0]
-        assert gguf_gemv.screen_pays(build) == (name != "portable" and not (native and vnni)), name
+        expected = 0 if name == "portable" else 2 if native and vnni else 1 << 30
+        assert gguf_gemv.screen_rows(build) == expected, name
 
 
-def test_a_head_layer_picks_through_its_screen_where_it_pays(monkeypatch):
+@pytest.mark.parametrize("limit", [0, 2, 4])
+def test_a_head_layer_picks_through_its_screen_for_as_many_rows_as_it_pays(monkeypatch, limit):
     raw = torch.from_numpy(quants.quantize(
         np.random.default_rng(6).standard_normal((2048, 256)).astype(np.float32) * 0.05, GGMLQuantizationType.Q8_0))
     layer = GGUFLinear.from_parts([("Q8_0", raw)], torch.empty(2048, 256), None, torch.float32, None)
     layer.kernel_out_dtype = torch.float32
-    x = torch.randn(4, 256, generator=torch.Generator().manual_seed(8))
-    expected = gguf_gemv.argmax(x, layer.parts(), None, torch.float32)
-    for pays in (False, True):
-        monkeypatch.setattr(gguf_gemv, "screen_pays", lambda lib=None, pays=pays: pays)
-        layer.forget_parts()
-        assert (layer.screen() is not None) == pays
-        assert layer.argmax(x) == expected
+    monkeypatch.setattr(gguf_gemv, "screen_rows", lambda lib=None: limit)
+    screened = []
+    argmax = gguf_gemv.HeadScreen.argmax
+    monkeypatch.setattr(gguf_gemv.HeadScreen, "argmax", lambda self, *a: screened.append(1) or argmax(self, *a))
+    for rows in (1, 4):
+        x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(8))
+        screened.clear()
+        assert layer.argmax(x) == gguf_gemv.argmax(x, layer.parts(), None, torch.float32)
+        assert bool(screened) == (rows <= limit), rows
+    assert (layer.screen() is not None) == (limit > 0)
 
 
 def test_the_bundled_heads_picks_through_the_screen_match_on_every_build(bundled_head_blocks):
