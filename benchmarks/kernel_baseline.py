@@ -38,18 +38,18 @@ from inferd.engine.engine import Engine
 from inferd.engine.engine_request import EngineRequest
 from inferd.engine.sampling_params import SamplingParams
 from inferd.kernels import decode_attention, decode_layers, gguf_gemv
-from inferd.kernels.native import load_kernel
+from inferd.kernels.native import load_kernel, load_library
+from inferd.native_build import declare
 from inferd.models.loader import load_model
 
 HERE = Path(__file__).resolve().parent.parent
 
 
 def gemv_library(tree: Path, flags: tuple[str, ...] = ()) -> ctypes.CDLL:
-    """Another tree's GGUF products, built for the selected instruction set (or with `flags`)."""
-    g = gguf_gemv
-    return load_kernel(tree / "inferd" / "kernels" / "gguf_gemv.c", flags,
-                       inferd_gguf_gemv=([g.INT, g.PTR, g.PTR, g.PTR, g.I64, g.PTR, g.I64, g.PTR, g.INT, g.PTR, g.INT],
-                                         g.INT))
+    """Another tree's GGUF products, built for the selected instruction set (or with `flags`),
+    each function it has declared as this tree declares it."""
+    lib = load_library(tree / "inferd" / "kernels" / "gguf_gemv.c", list(flags))
+    return declare(lib, {name: signature for name, signature in gguf_gemv.SIGNATURES.items() if hasattr(lib, name)})
 
 
 def attention_library(tree: Path, flags: tuple[str, ...] = ()) -> ctypes.CDLL:
@@ -136,7 +136,8 @@ def main() -> int:
     side = ["this tree"]
     decode_layers.kernels = lambda: kernels[side[0]]  # the layers' kernels, one native call a step
     if args.kernel == "gguf_gemv":
-        gguf_gemv.library = lambda extra_flags=(): libraries[side[0]]  # the head's, through gguf_gemv.matmul
+        gguf_gemv.library = lambda extra_flags=(): libraries[side[0]]  # the head's, through gguf_gemv.argmax
+        gguf_gemv.screen_rows = lambda lib=None: 0  # the head whole on both sides: its screen is built once
 
     with tempfile.TemporaryDirectory() as folder:
         model = args.model

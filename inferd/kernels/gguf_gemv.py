@@ -36,17 +36,20 @@ TILE_FORMATS = ("Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q5_K", "Q6_K")
 _TILED = 0x100  # beside a part's type: its bytes are tiles
 
 
+# The library's functions: (argument types, result type).
+SIGNATURES = dict(inferd_gguf_gemv=([INT, PTR, PTR, PTR, I64, PTR, I64, PTR, INT, PTR, INT], INT),
+                  inferd_gguf_argmax=([INT, PTR, PTR, PTR, I64, PTR, I64, PTR, INT, INT, PTR], INT),
+                  inferd_gguf_gemv_vectorized=([], INT),
+                  inferd_gguf_screen_rows=([], INT),
+                  inferd_gguf_tile_pairs=([], INT),
+                  inferd_gguf_to_tiles=([INT, PTR, I64, I64, PTR], INT),
+                  inferd_gguf_screen_of=([PTR, I64, I64, PTR], INT),
+                  inferd_gguf_screened_argmax=([PTR, PTR, I64, I64, PTR, I64, INT, INT, PTR, PTR], INT))
+
+
 @functools.cache
 def library(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
-    return load_kernel(Path(__file__).with_name("gguf_gemv.c"), extra_flags,
-                       inferd_gguf_gemv=([INT, PTR, PTR, PTR, I64, PTR, I64, PTR, INT, PTR, INT], INT),
-                       inferd_gguf_argmax=([INT, PTR, PTR, PTR, I64, PTR, I64, PTR, INT, INT, PTR], INT),
-                       inferd_gguf_gemv_vectorized=([], INT),
-                       inferd_gguf_screen_rows=([], INT),
-                       inferd_gguf_tile_pairs=([], INT),
-                       inferd_gguf_to_tiles=([INT, PTR, I64, I64, PTR], INT),
-                       inferd_gguf_screen_of=([PTR, I64, I64, PTR], INT),
-                       inferd_gguf_screened_argmax=([PTR, PTR, I64, I64, PTR, I64, INT, INT, PTR, PTR], INT))
+    return load_kernel(Path(__file__).with_name("gguf_gemv.c"), extra_flags, **SIGNATURES)
 
 
 def available() -> bool:
