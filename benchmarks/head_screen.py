@@ -30,6 +30,7 @@ from inferd.engine.engine_request import EngineRequest
 from inferd.engine.sampling_params import SamplingParams
 from inferd.kernels import gguf_gemv, isa
 from inferd.models.loader import load_model
+from kernel_baseline import alternating_steps
 
 PROMPTS = ["Write a short story about a lighthouse keeper.", "Explain how TCP congestion control works.",
            "def fibonacci(n):", "List the capitals of Europe.", "What is 17 times 23?",
@@ -67,16 +68,7 @@ def steps(loaded, streams_list: list[int], rounds: int = 10, per_round: int = 30
             engine.add_request(EngineRequest(f"r{i}", prompt, params))
         for _ in range(6):  # the prefill, then a few decode steps
             engine.step()
-        times: dict[str, list[float]] = {name: [] for name in limit}
-        for r in range(rounds):
-            for name in list(limit)[:: 1 if r % 2 == 0 else -1]:
-                side[0] = name
-                taken = []
-                for _ in range(per_round):
-                    began = time.perf_counter()
-                    engine.step()
-                    taken.append(time.perf_counter() - began)
-                times[name].append(statistics.median(taken) * 1e3)
+        times = alternating_steps(engine, list(limit), lambda name: side.__setitem__(0, name), rounds, per_round)
         screened, whole = (statistics.median(times[name]) for name in limit)
         wins = sum(a < b for a, b in zip(times["screen"], times["whole head"]))
         print(f"{streams} streams: screen {screened:.2f}, whole head {whole:.2f} ({whole / screened:.2f}x); "

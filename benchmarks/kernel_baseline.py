@@ -60,6 +60,22 @@ def attention_library(tree: Path, flags: tuple[str, ...] = ()) -> ctypes.CDLL:
                                                  g.I64, ctypes.c_float, g.PTR], g.INT))
 
 
+def alternating_steps(engine: Engine, sides: list[str], switch, rounds: int, per_round: int) -> dict[str, list[float]]:
+    """Each side's median step (ms) per round: `switch(side)` and then `per_round` steps of
+    `engine`, the sides' order alternating from round to round, so a loaded host slows both alike."""
+    medians: dict[str, list[float]] = {name: [] for name in sides}
+    for r in range(rounds):
+        for name in sides[:: 1 if r % 2 == 0 else -1]:
+            switch(name)
+            taken = []
+            for _ in range(per_round):
+                began = time.perf_counter()
+                engine.step()
+                taken.append(time.perf_counter() - began)
+            medians[name].append(statistics.median(taken) * 1e3)
+    return medians
+
+
 def write_k_model(path: Path) -> None:
     """Random K-format blocks (small fp16 scales) in a llama-shaped GGUF, written as the converter writes one."""
     sys.path.insert(0, str(HERE / "tests"))
@@ -157,16 +173,8 @@ def main() -> int:
                 engine.add_request(EngineRequest(f"r{i}", prompt, params))
             for _ in range(6):  # the prefill, then a few decode steps
                 engine.step()
-            steps: dict[str, list[float]] = {name: [] for name in libraries}
-            for r in range(args.rounds):
-                for name in list(libraries)[:: 1 if r % 2 == 0 else -1]:
-                    side[0] = name
-                    times = []
-                    for _ in range(args.steps):
-                        start = time.perf_counter()
-                        engine.step()
-                        times.append(time.perf_counter() - start)
-                    steps[name].append(statistics.median(times) * 1e3)
+            steps = alternating_steps(engine, list(libraries), lambda name: side.__setitem__(0, name), args.rounds,
+                                      args.steps)
             ours, theirs = (statistics.median(steps[name]) for name in libraries)
             wins = sum(a < b for a, b in zip(steps["this tree"], steps["baseline"]))
             print(f"{streams} streams: this tree {ours:.2f}, baseline {theirs:.2f} ({theirs / ours:.2f}x); "
