@@ -262,14 +262,15 @@ def test_a_cache_written_for_another_layout_is_rebuilt(tiny, tmp_path, caplog):
 
 
 def mapped_file(tensor: torch.Tensor) -> str | None:
-    """The file whose memory map holds `tensor`'s data, if any."""
+    """The file whose memory map holds `tensor`'s data, if any (not `[heap]` and the like:
+    a small tensor allocated where malloc grows its heap)."""
     address = tensor.data_ptr()
     with open("/proc/self/maps") as maps:
         for line in maps:
             fields = line.split()
             low, high = (int(x, 16) for x in fields[0].split("-"))
             if low <= address < high:
-                return fields[5] if len(fields) > 5 else None
+                return fields[5] if len(fields) > 5 and fields[5].startswith("/") else None
     return None
 
 
