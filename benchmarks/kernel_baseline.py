@@ -38,26 +38,24 @@ from inferd.engine.engine import Engine
 from inferd.engine.engine_request import EngineRequest
 from inferd.engine.sampling_params import SamplingParams
 from inferd.kernels import decode_attention, decode_layers, gguf_gemv
-from inferd.kernels.native import load_kernel, load_library
+from inferd.kernels.native import load_library
 from inferd.native_build import declare
 from inferd.models.loader import load_model
 
 HERE = Path(__file__).resolve().parent.parent
 
 
+def tree_library(tree: Path, module, flags: tuple[str, ...] = ()) -> ctypes.CDLL:
+    """Another tree's build of a kernel module's C source (`module`: gguf_gemv or
+    decode_attention), for the selected instruction set (or with `flags`), each function it
+    has declared as this tree declares it."""
+    lib = load_library(tree / "inferd" / "kernels" / f"{module.__name__.rsplit('.', 1)[-1]}.c", list(flags))
+    return declare(lib, {name: signature for name, signature in module.SIGNATURES.items() if hasattr(lib, name)})
+
+
 def gemv_library(tree: Path, flags: tuple[str, ...] = ()) -> ctypes.CDLL:
-    """Another tree's GGUF products, built for the selected instruction set (or with `flags`),
-    each function it has declared as this tree declares it."""
-    lib = load_library(tree / "inferd" / "kernels" / "gguf_gemv.c", list(flags))
-    return declare(lib, {name: signature for name, signature in gguf_gemv.SIGNATURES.items() if hasattr(lib, name)})
-
-
-def attention_library(tree: Path, flags: tuple[str, ...] = ()) -> ctypes.CDLL:
-    """Another tree's decode attention."""
-    g = gguf_gemv
-    return load_kernel(tree / "inferd" / "kernels" / "decode_attention.c", flags,
-                       inferd_decode_attention=([g.PTR, g.I64, g.I64, g.I64, g.I64, g.PTR, g.PTR, g.I64, g.PTR, g.PTR,
-                                                 g.I64, ctypes.c_float, g.PTR], g.INT))
+    """Another tree's GGUF products."""
+    return tree_library(tree, gguf_gemv, flags)
 
 
 def alternating_steps(engine: Engine, sides: list[str], switch, rounds: int, per_round: int) -> dict[str, list[float]]:
@@ -143,7 +141,7 @@ def main() -> int:
         libraries = {"this tree": gguf_gemv.library(), "baseline": gemv_library(args.baseline.resolve())}
         field, symbol = "gemv", "inferd_gguf_gemv"
     else:
-        libraries = {"this tree": decode_attention.library(), "baseline": attention_library(args.baseline.resolve())}
+        libraries = {"this tree": decode_attention.library(), "baseline": tree_library(args.baseline.resolve(), decode_attention)}
         field, symbol = "decode_attention", "inferd_decode_attention"
     kernels = {}
     for name, library in libraries.items():

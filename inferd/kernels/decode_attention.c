@@ -354,19 +354,16 @@ static int attend(const uint16_t *q, int64_t G, int64_t D, const uint16_t *k_cac
     float *qf = malloc((size_t)(HEADS * D) * sizeof(float)); /* a group's heads, then zeros */
     float *scores = calloc((size_t)(HEADS * L), sizeof(float));
     float *acc = malloc((size_t)(HEADS * D) * sizeof(float));
-#if NATIVE_PAIRS
-    qp.raw = malloc((size_t)(HEADS * qp.Dp) * sizeof(uint16_t));
-    const int pairs_ok = qp.raw != NULL;
-#else
-    qp.odd = malloc((size_t)(HEADS * qp.Dp) * sizeof(float));
-    qp.even = qp.odd ? qp.odd + HEADS * qp.Dp / 2 : NULL;
-    const int pairs_ok = qp.odd != NULL;
-#endif
-    int status = 0;
-    if (!qf || !scores || !acc || !pairs_ok) {
-        status = -1;
-        goto done;
+    float *pairs = malloc((size_t)(HEADS * qp.Dp) * sizeof(float)); /* room for either form of QueryPairs */
+    if (!qf || !scores || !acc || !pairs) {
+        free(qf), free(scores), free(acc), free(pairs);
+        return -1;
     }
+#if NATIVE_PAIRS
+    qp.raw = (uint16_t *)pairs;
+#else
+    qp.odd = pairs, qp.even = pairs + HEADS * qp.Dp / 2;
+#endif
     for (int64_t g0 = 0; g0 < G; g0 += HEADS) {
         const int heads = (int)(G - g0 < HEADS ? G - g0 : HEADS);
         memset(qf, 0, (size_t)(HEADS * D) * sizeof(float));
@@ -376,14 +373,8 @@ static int attend(const uint16_t *q, int64_t G, int64_t D, const uint16_t *k_cac
         softmax(scores, heads, L);
         sum_values(scores, heads, D, v_cache, Hkv, h, slots, mask, L, acc, out + g0 * D);
     }
-done:
-#if NATIVE_PAIRS
-    free(qp.raw);
-#else
-    free(qp.odd);
-#endif
-    free(qf), free(scores), free(acc);
-    return status;
+    free(qf), free(scores), free(acc), free(pairs);
+    return 0;
 }
 
 int inferd_decode_attention(const uint16_t *q, int64_t q_row_stride, int64_t B, int64_t H, int64_t D,

@@ -17,10 +17,13 @@ import torch
 from inferd.kernels.native import F32, I64, INT, PTR, load_kernel
 
 
+# The library's function: (argument types, result type).
+SIGNATURES = dict(inferd_decode_attention=([PTR, I64, I64, I64, I64, PTR, PTR, I64, PTR, PTR, I64, F32, PTR], INT))
+
+
 @functools.cache
 def library(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
-    return load_kernel(Path(__file__).with_name("decode_attention.c"), extra_flags,
-                       inferd_decode_attention=([PTR, I64, I64, I64, I64, PTR, PTR, I64, PTR, PTR, I64, F32, PTR], INT))
+    return load_kernel(Path(__file__).with_name("decode_attention.c"), extra_flags, **SIGNATURES)
 
 
 def supports(q: torch.Tensor, k_cache: torch.Tensor) -> bool:

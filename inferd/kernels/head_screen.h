@@ -109,7 +109,9 @@ static void screen_pass(const uint8_t *screen, const int64_t tiles, const Acts *
 #if TILES_WIDE
         if (width == 2) {
             const TilePlace place = tile_place(Q5_0, t0, tiles, a->K);
-            tile_span_2(Q5_0, screen + place.at, place.next, place.stride, a, M, s);
+            /* M's range stated at the call: the span functions are compiled for the ranges their
+             * callers pass, and an unknown one cost the head's products a tenth at 8 rows */
+            tile_span_2(Q5_0, screen + place.at, place.next, place.stride, a, M < 1 ? 1 : M < MAX_ROWS ? M : MAX_ROWS, s);
             for (int j = 0; j < 2 && t0 + j < tiles; j++) {
                 const TilePlace own = tile_place(Q5_0, t0 + j, tiles, a->K);
                 bound_tile(screen + own.at, own.stride, t0 + j, a, M, u, s + j * TILE, 2 * TILE, top, probe);
