@@ -21,10 +21,13 @@ enum { Q4_0 = 2, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
 /* Activation rows quantized per group, group-major so that a group's rows lie
  * together (a kernel reaches every row of a group from one pointer): q
  * [K/32][M][32], d and sum (of q) [K/32][M], and the sums per 16 inputs
- * [K/32][M][2] (Q6_K's sub-blocks). Read them through act_q and its kin. */
+ * [K/32][M][2] (Q6_K's sub-blocks), and the factor of Q4_K's and Q5_K's mins,
+ * -(d sum) [K/32][M]: computed once here, a broadcast from memory in the tiled
+ * kernels, where its scalar arithmetic per group and row cost them 6% at 8 rows.
+ * Read them through act_q and its kin. */
 typedef struct {
     int8_t *q;
-    float *d;
+    float *d, *min_factor;
     int32_t *sum, *sum16;
     int64_t K, groups;
     int M;
@@ -127,27 +130,29 @@ static void quantize_group(const void *x, int x_is_float, int64_t g, int8_t *q, 
 static int quantize_rows(const void *x, int x_is_float, int M, int64_t K, Acts *a) {
     a->K = K, a->M = M, a->groups = K / GROUP;
     a->q = aligned_alloc(64, (size_t)((M * K + 63) / 64 * 64));
-    a->d = malloc((size_t)(M * a->groups) * sizeof(float));
-    a->sum = malloc((size_t)(M * a->groups) * sizeof(int32_t));
-    a->sum16 = malloc((size_t)(2 * M * a->groups) * sizeof(int32_t));
-    if (!a->q || !a->d || !a->sum || !a->sum16) return -1;
+    const size_t n = (size_t)(M * a->groups); /* d, min_factor, sum, sum16 in one allocation, 4 bytes each */
+    a->d = malloc(5 * n * sizeof(float));
+    if (!a->q || !a->d) return -1;
+    a->min_factor = a->d + n, a->sum = (int32_t *)(a->d + 2 * n), a->sum16 = a->sum + n;
     for (int64_t g = 0; g < M * a->groups; g++) { /* g counts x's groups row by row; `at` is g's place group-major */
         const int64_t at = (g % a->groups) * M + g / a->groups;
         int32_t half[2];
         quantize_group(x, x_is_float, g, a->q + at * GROUP, &a->d[at], half);
         a->sum[at] = half[0] + half[1];
         a->sum16[2 * at] = half[0], a->sum16[2 * at + 1] = half[1];
+        a->min_factor[at] = -(a->d[at] * (float)a->sum[at]);
     }
     return 0;
 }
 
-static void free_rows(Acts *a) { free(a->q), free(a->d), free(a->sum), free(a->sum16); }
+static void free_rows(Acts *a) { free(a->q), free(a->d); }
 
 static inline const int8_t *act_q(const Acts *a, int m, int64_t g) { return a->q + (g * a->M + m) * GROUP; }
 static inline float act_d(const Acts *a, int m, int64_t g) { return a->d[g * a->M + m]; }
 static inline int32_t act_sum(const Acts *a, int m, int64_t g) { return a->sum[g * a->M + m]; }
 /* Sub-block s (0 .. K/16-1) of row m: the half s % 2 of group s / 2. */
 static inline int32_t act_sum16(const Acts *a, int m, int64_t s) { return a->sum16[((s / 2) * a->M + m) * 2 + s % 2]; }
+static inline float act_min_factor(const Acts *a, int m, int64_t g) { return a->min_factor[g * a->M + m]; }
 
 /* Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes. */
 static inline void scale_min_k4(int j, const uint8_t *s, int *scale, int *min) {

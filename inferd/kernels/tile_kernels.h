@@ -228,7 +228,7 @@ INLINE void TK(tile_rows_q4k)(const int type, const uint8_t *tile, const int64_t
                 for (int m = 0; m < M; m++) {
                     const float dx = act_d(a, m0 + m, g + half);
                     acc[m] = tf_fmadd(tf_from_ti(half ? hi[m] : lo[m]), tf_mul(scale, tf_set1(dx)), acc[m]);
-                    acc[m] = tf_fmadd(min, tf_set1(-(dx * (float)act_sum(a, m0 + m, g + half))), acc[m]);
+                    acc[m] = tf_fmadd(min, tf_set1(act_min_factor(a, m0 + m, g + half)), acc[m]);
                 }
             }
         }
