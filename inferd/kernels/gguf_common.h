@@ -127,21 +127,30 @@ static void quantize_group(const void *x, int x_is_float, int64_t g, int8_t *q, 
 #endif
 }
 
-static int quantize_rows(const void *x, int x_is_float, int M, int64_t K, Acts *a) {
+/* Room for M rows of K inputs; 0, or -1 out of memory (free_rows frees what was had). */
+static int alloc_rows(int M, int64_t K, Acts *a) {
     a->K = K, a->M = M, a->groups = K / GROUP;
     a->q = aligned_alloc(64, (size_t)((M * K + 63) / 64 * 64));
     const size_t n = (size_t)(M * a->groups); /* d, min_factor, sum, sum16 in one allocation, 4 bytes each */
     a->d = malloc(5 * n * sizeof(float));
     if (!a->q || !a->d) return -1;
     a->min_factor = a->d + n, a->sum = (int32_t *)(a->d + 2 * n), a->sum16 = a->sum + n;
-    for (int64_t g = 0; g < M * a->groups; g++) { /* g counts x's groups row by row; `at` is g's place group-major */
-        const int64_t at = (g % a->groups) * M + g / a->groups;
-        int32_t half[2];
-        quantize_group(x, x_is_float, g, a->q + at * GROUP, &a->d[at], half);
-        a->sum[at] = half[0] + half[1];
-        a->sum16[2 * at] = half[0], a->sum16[2 * at + 1] = half[1];
-        a->min_factor[at] = -(a->d[at] * (float)a->sum[at]);
-    }
+    return 0;
+}
+
+/* The group at place `at` (group-major: group at / M of row at % M) from x, whose groups lie row by row. */
+static inline void quantize_one(const void *x, int x_is_float, Acts *a, int64_t at) {
+    const int64_t g = (at % a->M) * a->groups + at / a->M;
+    int32_t half[2];
+    quantize_group(x, x_is_float, g, a->q + at * GROUP, &a->d[at], half);
+    a->sum[at] = half[0] + half[1];
+    a->sum16[2 * at] = half[0], a->sum16[2 * at + 1] = half[1];
+    a->min_factor[at] = -(a->d[at] * (float)a->sum[at]);
+}
+
+static int quantize_rows(const void *x, int x_is_float, int M, int64_t K, Acts *a) {
+    if (alloc_rows(M, K, a)) return -1;
+    for (int64_t g = 0; g < M * a->groups; g++) quantize_one(x, x_is_float, a, g);
     return 0;
 }
 

@@ -370,6 +370,19 @@ static void all_parts(int parts, const int *types, const uint8_t *const *ws, con
     }
 }
 
+/* Activation groups from which the threads quantize them together, each a share, before the
+ * products (a barrier between): about 3 us of quantizing alone, where sharing it saves more than
+ * the threads' meeting costs. Fewer are quantized by the calling thread before the region. */
+#define SHARED_QUANTIZE_GROUPS 128
+
+/* Called by every thread of a parallel region: each quantizes its share of x's first `groups`
+ * groups, and all wait until every group is done. */
+static void quantize_shared(const void *x, int x_is_float, Acts *a, int64_t groups) {
+    if (!groups) return;
+#pragma omp for schedule(static)
+    for (int64_t g = 0; g < groups; g++) quantize_one(x, x_is_float, a, g);
+}
+
 /* One pass over the weights per MAX_ROWS activation rows, writing y, or with `tokens` (y NULL)
  * each row's first argmax of what y would hold. */
 static int products_of(int parts, const int *types, const uint8_t *const *ws, const int64_t *rows_of, int64_t K,
@@ -388,15 +401,21 @@ static int products_of(int parts, const int *types, const uint8_t *const *ws, co
         const int rows = (int)(M - m0 < MAX_ROWS ? M - m0 : MAX_ROWS);
         Acts a;
         const void *xm = in_is_float ? (const void *)((const float *)x + m0 * K) : (const void *)((const uint16_t *)x + m0 * K);
-        if (quantize_rows(xm, in_is_float, rows, K, &a)) {
+        if (alloc_rows(rows, K, &a)) {
             free_rows(&a);
             return -1;
         }
+        const int64_t groups = rows * a.groups;
+        const int shared = groups >= SHARED_QUANTIZE_GROUPS;
+        for (int64_t g = 0; !shared && g < groups; g++) quantize_one(xm, in_is_float, &a, g);
         /* One parallel region for all the parts: a thread done with its share of one part starts
          * on the next, and the threads meet once, at the region's end, not once a part. */
         if (!tokens) {
 #pragma omp parallel
-            all_parts(parts, types, ws, rows_of, K, &a, rows, bias, in_is_float, y, ldy, y_is_float, m0, NULL);
+            {
+                quantize_shared(xm, in_is_float, &a, shared ? groups : 0);
+                all_parts(parts, types, ws, rows_of, K, &a, rows, bias, in_is_float, y, ldy, y_is_float, m0, NULL);
+            }
         } else {
             Best all;
             best_init(&all);
@@ -404,6 +423,7 @@ static int products_of(int parts, const int *types, const uint8_t *const *ws, co
             {
                 Best mine;
                 best_init(&mine);
+                quantize_shared(xm, in_is_float, &a, shared ? groups : 0);
                 all_parts(parts, types, ws, rows_of, K, &a, rows, bias, in_is_float, NULL, ldy, y_is_float, m0, &mine);
 #pragma omp critical(inferd_gguf_best)
                 merge_best(&all, &mine, rows);
