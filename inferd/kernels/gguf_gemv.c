@@ -24,7 +24,8 @@
  * W: one or more parts of N rows of row_bytes; x: [M, K] and bias: [N] or
  * NULL, both bf16 or both float32 (the engine's dtype: float32 on CPUs
  * without native bf16); y: [M, N] float32 or bf16, each part writing its own columns.
- * Threads: OpenMP over output rows.
+ * Threads: OpenMP over output rows, in one parallel region for all the parts, which
+ * also shares the activations' quantizing where there is enough of it.
  */
 
 #include <math.h>
