@@ -10,7 +10,10 @@ second. 2 threads, as the server's default on this machine.
 
 With `--baseline` (another checkout, e.g. a `git worktree` of an older
 commit) it times the tiles instead with the baseline's kernels against this
-tree's, alternating, and checks that both give the same bits. Each side tiles
+tree's, alternating, and checks that both give the same bits. `--hot` (with
+`--baseline`) reads one copy of each tensor again and again, from the
+caches: the kernels' arithmetic alone, steadier on a host whose memory
+bandwidth moves, and 16 rounds instead of 3. Each side tiles
 the same file rows with its own library, so a change of tile layout is
 measured as well as a change of kernel.
 """
@@ -59,6 +62,7 @@ def main() -> None:
     parser.add_argument("--isa", nargs="+", default=list(isa.runnable()[:2]))
     parser.add_argument("--rows", nargs="+", type=int, default=[1, 4, 8])
     parser.add_argument("--baseline", type=Path, default=None, help="another checkout: its tile kernels against these")
+    parser.add_argument("--hot", action="store_true", help="with --baseline: one copy of each tensor, from the caches")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                         help="activations and outputs (bfloat16: an engine computing in bf16, as on AVX-512 BF16)")
     args = parser.parse_args()
@@ -110,20 +114,25 @@ def against_baseline(args) -> None:
         flags = tuple(isa.march_flags(name))
         libs = {"baseline": gemv_library(args.baseline.resolve(), flags), "this tree": gguf_gemv.library(flags)}
         for block_format, n, k, label in SHAPES:
-            copies = max(1, 300_000_000 // (n * gguf_gemv.row_bytes(block_format, k)))
+            if args.hot and n > 16384:  # the head: a slice the caches hold
+                n, label = 16384, "token_embd (16k rows)"
+            copies = 1 if args.hot else max(1, 300_000_000 // (n * gguf_gemv.row_bytes(block_format, k)))
             raws = [random_rows(block_format, n, k, rng) for _ in range(copies)]
-            tiled = {side: [tiled_parts(lib, block_format, raw, k) for raw in raws] for side, lib in libs.items()}
+            tiled = {side: [tiled_parts(lib, block_format, raw, k) for raw in raws] * (200 if args.hot else 1)
+                     for side, lib in libs.items()}
             for rows in args.rows:
                 x = torch.randn(rows, k).to(args.dtype)
                 best = {side: float("inf") for side in libs}
-                for r in range(3):  # which side goes first alternates
+                for r in range(16 if args.hot else 3):  # which side goes first alternates
                     for side in list(libs)[:: 1 if r % 2 == 0 else -1]:
                         best[side] = min(best[side], fastest(x, tiled[side], libs[side]))
                 same = torch.equal(*(gguf_gemv.matmul(x, tiled[side][0], out_dtype=x.dtype, lib=lib)
                                      for side, lib in libs.items()))
                 print(f"{name:<9}{label:<24}{block_format:<7}{rows:>5}{best['baseline'] * 1e6:>9.0f} us"
                       f"{best['this tree'] * 1e6:>9.0f} us{best['baseline'] / best['this tree']:>9.2f}x  {same}")
-    print("(us per product: the fastest of 15 passes a side, in 3 rounds that alternate which side goes first)")
+    rounds = 16 if args.hot else 3
+    print(f"(us per product: the fastest of {5 * rounds} passes a side, in {rounds} rounds that alternate which side "
+          f"goes first{'; weights from the caches' if args.hot else ''})")
 
 
 if __name__ == "__main__":
