@@ -150,7 +150,7 @@ static inline void quantize_one(const void *x, int x_is_float, Acts *a, int64_t 
 
 static int quantize_rows(const void *x, int x_is_float, int M, int64_t K, Acts *a) {
     if (alloc_rows(M, K, a)) return -1;
-    for (int64_t g = 0; g < M * a->groups; g++) quantize_one(x, x_is_float, a, g);
+    for (int64_t at = 0; at < M * a->groups; at++) quantize_one(x, x_is_float, a, at);
     return 0;
 }
 

@@ -376,12 +376,12 @@ static void all_parts(int parts, const int *types, const uint8_t *const *ws, con
  * the threads' meeting costs. Fewer are quantized by the calling thread before the region. */
 #define SHARED_QUANTIZE_GROUPS 128
 
-/* Called by every thread of a parallel region: each quantizes its share of x's first `groups`
- * groups, and all wait until every group is done. */
+/* Called by every thread of a parallel region: each quantizes a stretch of the `groups` places
+ * (its own cache lines of the scales and sums), and all wait until every group is done. */
 static void quantize_shared(const void *x, int x_is_float, Acts *a, int64_t groups) {
     if (!groups) return;
 #pragma omp for schedule(static)
-    for (int64_t g = 0; g < groups; g++) quantize_one(x, x_is_float, a, g);
+    for (int64_t at = 0; at < groups; at++) quantize_one(x, x_is_float, a, at);
 }
 
 /* One pass over the weights per MAX_ROWS activation rows, writing y, or with `tokens` (y NULL)
@@ -408,7 +408,7 @@ static int products_of(int parts, const int *types, const uint8_t *const *ws, co
         }
         const int64_t groups = rows * a.groups;
         const int shared = groups >= SHARED_QUANTIZE_GROUPS;
-        for (int64_t g = 0; !shared && g < groups; g++) quantize_one(xm, in_is_float, &a, g);
+        for (int64_t at = 0; !shared && at < groups; at++) quantize_one(xm, in_is_float, &a, at);
         /* One parallel region for all the parts: a thread done with its share of one part starts
          * on the next, and the threads meet once, at the region's end, not once a part. */
         if (!tokens) {
