@@ -23,9 +23,11 @@ FORMATS = tuple(gguf_gemv.BLOCKS)
 # Rows from which a dense copy is faster than the file's blocks in tiles, where
 # the model keeps one (`keeps_dense_copies`). Measured on whole decode steps of
 # the bundled model, 2-core AVX-512 CPU with AMX: see BENCHMARKS.md ("Tiles").
-# A step that only decodes takes the tiles up to 8 rows whatever this says
-# (arch/fused_decode.py: without the Python between its kernels they beat the
-# dense weight there); this decides for the modules, prefill chunks included.
+# A step that only decodes takes the tiles whatever this says, at any width
+# (up to 8 rows beside AMX's or a portable build's dense copies: see
+# arch/fused_decode.py `rows_limit`; without the Python between its kernels
+# they beat the dense weight); this decides for the modules, prefill chunks
+# included.
 # The head's tiles beat its dense bf16 copy (twice the bytes) up to two passes
 # of the kernel, so at --parallel 8 that copy is never read and its pages
 # never loaded.

@@ -5,12 +5,14 @@ layer is the pre-norm block the call knows (Gemma's four norms or Llama's
 two, a fused QKV and gate/up, an activation with a native kernel) and every
 projection holds the GGUF file's blocks. A step takes it when it only
 decodes, in the model's dtype (bf16, or float32 beside a bf16 KV cache), on
-at most one pass of the kernel's rows (8), where the tiles beat the dense
-weights once the Python between the kernels is gone (19-20 ms a step of 8
-rows against 24, AVX-512); every other step runs the modules, which, where
-they keep dense copies, go dense from fewer rows
-(`file_blocks.LAYER_DENSE_FROM`) since a prompt's rows are computed alike in
-a chunk of their own or beside another's.
+any number of rows, or at most one pass of the kernel's (8) where AMX's dense
+copies may beat the tiles past it (`rows_limit`): once the Python between
+the kernels is gone the tiles beat dense weights (19-20 ms a step of 8 rows
+against 24, AVX-512), and every decode row is computed alike however many
+share its step. Every other step runs the modules, which, where they keep
+dense copies, go dense from fewer rows (`file_blocks.LAYER_DENSE_FROM`)
+since a prompt's rows are computed alike in a chunk of their own or beside
+another's.
 """
 
 from __future__ import annotations
@@ -24,18 +26,30 @@ from inferd.arch.attention import AttentionMetadata, KVCache
 from inferd.arch.gguf_linear import GGUFLinear
 from inferd.arch.self_attention import SelfAttention
 from inferd.kernels import decode_layers as native
-from inferd.kernels import gguf_gemv
+from inferd.kernels import gguf_gemv, isa
 from inferd.kernels.gated_activation import COEFFICIENTS
 
 
-class FusedDecode:
-    max_rows = gguf_gemv.MAX_ROWS  # one pass of the kernel
+def rows_limit(keeps_dense_copies: bool) -> int | None:
+    """The most decode rows a step takes as the one call (None: any number). Without the
+    Python between them the tiles match the modules' path at any width where the modules use
+    the tiles too, and beat Zen 4's AVX512-BF16 dense copies (12 and 16 rows: 1.5-1.7x; 24
+    and 32: 1.03-1.12x; BENCHMARKS.md, session 23). AMX's dense copies, and a portable
+    build's float32 ones beside its scalar kernel, may win past one pass of the kernel: there
+    the modules take the wider steps."""
+    if keeps_dense_copies and (isa.amx_bf16() or not gguf_gemv.vectorized()):
+        return gguf_gemv.MAX_ROWS
+    return None
 
-    def __init__(self, shape: native.Shape, layers: list[native.Layer], widths: dict[str, int], keep: list):
+
+class FusedDecode:
+    def __init__(self, shape: native.Shape, layers: list[native.Layer], widths: dict[str, int], keep: list,
+                 max_rows: int | None = None):
         self.shape = shape
         self.dtype = torch.float32 if shape.is_float else torch.bfloat16
         self.layers = (native.Layer * len(layers))(*layers)
         self.widths = widths
+        self.max_rows = max_rows  # rows_limit's
         self._keep = keep  # what the structures point into
 
     @classmethod
@@ -75,12 +89,14 @@ class FusedDecode:
                   "qk": heads * attention.head_dim, "attended": attention.q_size, "projected": hidden,
                   "gate_up": 2 * mlp.intermediate, "activated": mlp.intermediate,
                   "queries": attention.q_size, "attended_bf16": attention.q_size}
-        return cls(shape, layers, widths, keep)
+        return cls(shape, layers, widths, keep, rows_limit(attention.qkv_proj.dense_from_rows is not None))
 
     def covers(self, x: torch.Tensor, ropes: tuple, kv_caches: list[KVCache], meta: AttentionMetadata) -> bool:
         """Whether this step's layers can be the one call."""
         rows = x.shape[0]
-        if meta.prefills or not meta.decodes or meta.decodes[-1].end != rows or rows > self.max_rows:
+        if meta.prefills or not meta.decodes or meta.decodes[-1].end != rows:
+            return False
+        if self.max_rows is not None and rows > self.max_rows:
             return False
         if x.dtype != self.dtype or not x.is_cpu or any(t.dtype != self.dtype for t in ropes):
             return False

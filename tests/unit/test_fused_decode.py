@@ -89,8 +89,48 @@ def test_dense_models_keep_the_modules(tiny_model_dir):
     assert FusedDecode.build(dense.model) is None  # no projection holds a file's blocks
 
 
+def test_wide_decode_steps_take_it_with_the_modules_bits(files, monkeypatch):
+    """More decode rows than a pass of the kernel: still the one call, all of them, as the modules compute them."""
+    if not gguf_gemv.vectorized():
+        pytest.skip("a portable build keeps float32 copies for wide steps")
+    monkeypatch.setattr(isa, "fast_bf16_matmul", lambda flags=None, vendor=None: False)  # the modules keep the tiles
+    loaded = load_model(str(files["gemma3"]), dtype="bfloat16")
+    assert FusedDecode.build(loaded.model).max_rows is None
+    width = gguf_gemv.MAX_ROWS + 3
+    runs = {}
+    for fuse in (True, False):
+        calls = []
+        run = decode_layers.run
+        monkeypatch.setattr(decode_layers, "run", lambda *args: calls.append(args[2].shape[0]) or run(*args))
+        loaded.model.fuse_decode = fuse
+        engine = Engine(loaded, EngineConfig(parallel=width, ctx_size=256, speculative="off"))
+        params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True, logprobs=0)
+        for i in range(width):
+            engine.add_request(EngineRequest(f"r{i}", [5, 9, 17, 3 + i], params))
+        out = {f"r{i}": [] for i in range(width)}
+        while engine.has_work:
+            for delta in engine.step():
+                out[delta.request_id] += [(t.token_id, t.logprob.hex()) for t in delta.logprobs or []]
+        monkeypatch.setattr(decode_layers, "run", run)
+        runs[fuse] = out, calls
+    (fused, calls), (plain, none) = runs[True], runs[False]
+    assert none == [] and calls.count(width) == 11  # every decode step, all its rows
+    assert fused == plain
+
+
+def test_a_zen4_like_cpu_takes_wide_decode_steps_beside_dense_copies(files, monkeypatch):
+    if not gguf_gemv.vectorized():
+        pytest.skip("a portable build keeps float32 copies for wide steps")
+    monkeypatch.setattr(isa, "fast_bf16_matmul", lambda flags=None, vendor=None: True)  # bf16 keeps dense copies
+    monkeypatch.setattr(isa, "amx_bf16", lambda flags=None: False)
+    loaded = load_model(str(files["gemma3"]), dtype="bfloat16")
+    assert loaded.model.layers[0].mlp.down_proj.dense_from_rows == LAYER_DENSE_FROM
+    assert FusedDecode.build(loaded.model).max_rows is None
+
+
 def test_steps_with_a_prefill_or_too_many_rows_keep_the_modules(files, monkeypatch):
     monkeypatch.setattr(isa, "fast_bf16_matmul", lambda flags=None, vendor=None: True)  # bf16 keeps dense copies
+    monkeypatch.setattr(isa, "amx_bf16", lambda flags=None: True)  # whose dense copies may win past one pass
     loaded = load_model(str(files["gemma3"]), dtype="bfloat16")
     plan = FusedDecode.build(loaded.model)
     assert plan is not None and plan.max_rows == gguf_gemv.MAX_ROWS  # one pass of the kernel
