@@ -29,10 +29,12 @@ FORMATS = tuple(gguf_gemv.BLOCKS)
 # they beat the dense weight); this decides for the modules, prefill chunks
 # included.
 # The head's tiles beat its dense bf16 copy (twice the bytes) up to two passes
-# of the kernel, so at --parallel 8 that copy is never read and its pages
-# never loaded.
+# of the kernel beside AMX, and on Zen 4's AVX512-BF16 up to four at least (24
+# and 32 rows: 1.9x and 1.4x the copy's decode steps; BENCHMARKS.md, session
+# 23), so at --parallel 8 that copy is never read and its pages never loaded.
 LAYER_DENSE_FROM = 5
 HEAD_DENSE_FROM = 2 * gguf_gemv.MAX_ROWS + 1
+WIDE_HEAD_DENSE_FROM = 4 * gguf_gemv.MAX_ROWS + 1
 # The portable build (no vector path) keeps float32 copies of the layers past
 # one pass of its scalar kernel; a float32 head's would be the whole tied
 # embedding in float32 (670 MB for the bundled model).
@@ -57,12 +59,17 @@ def blocks_label(dtype: torch.dtype) -> str:
     return f"gguf-tiles-{gguf_gemv.tile_layout()}-{dtype}{'' if keeps_dense_copies(dtype) else '-blocks-only'}"
 
 
+def head_dense_from() -> int:
+    """Rows from which a bf16 head with a dense copy reads it rather than its tiles."""
+    return HEAD_DENSE_FROM if isa.amx_bf16() or not gguf_gemv.vectorized() else WIDE_HEAD_DENSE_FROM
+
+
 def _dense_from(dtype: torch.dtype, head: bool) -> int | None:
     if not keeps_dense_copies(dtype):
         return None
     if dtype == torch.float32:
         return None if head else FLOAT32_LAYER_DENSE_FROM
-    return HEAD_DENSE_FROM if head else LAYER_DENSE_FROM
+    return head_dense_from() if head else LAYER_DENSE_FROM
 
 
 def use_file_blocks(model: CausalLM, formats: dict[str, tuple[str, int]], raws: dict[str, torch.Tensor] | None,

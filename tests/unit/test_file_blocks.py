@@ -17,8 +17,8 @@ from gguf_models import MODELS, hf_pieces, write_gguf
 from torch import nn
 
 from inferd.arch import build_model
-from inferd.arch.file_blocks import (FORMATS, HEAD_DENSE_FROM, LAYER_DENSE_FROM, blocks_label, keeps_dense_copies,
-                                     use_file_blocks)
+from inferd.arch.file_blocks import (FORMATS, HEAD_DENSE_FROM, LAYER_DENSE_FROM, WIDE_HEAD_DENSE_FROM, blocks_label,
+                                     head_dense_from, keeps_dense_copies, use_file_blocks)
 from inferd.arch.quantize import uses_file_blocks
 from inferd.arch.gguf_linear import GGUFLinear
 from inferd.kernels import gguf_gemv, isa
@@ -116,9 +116,18 @@ def test_many_rows_use_the_dense_weights_where_full_rate_bf16_keeps_them(tmp_pat
     full_rate_bf16(True)
     path = written(tmp_path, "gemma3")
     with_blocks, plain = loaded(path, blocks=True), loaded(path, blocks=False)
-    x = torch.randn(max(LAYER_DENSE_FROM, HEAD_DENSE_FROM), 64).to(torch.bfloat16)
+    x = torch.randn(max(LAYER_DENSE_FROM, head_dense_from()), 64).to(torch.bfloat16)
     assert torch.equal(with_blocks.layers[0].self_attn.o_proj(x[:, :64]), plain.layers[0].self_attn.o_proj(x[:, :64]))
     assert torch.equal(with_blocks.fast_head(x), nn.functional.linear(x, plain.embed_tokens.weight).float())
+
+
+def test_the_head_reads_its_dense_copy_from_two_passes_beside_amx_four_elsewhere(monkeypatch):
+    for amx, vector, want in ((True, True, HEAD_DENSE_FROM), (False, True, WIDE_HEAD_DENSE_FROM),
+                              (False, False, HEAD_DENSE_FROM)):
+        monkeypatch.setattr(isa, "amx_bf16", lambda flags=None: amx)
+        monkeypatch.setattr(gguf_gemv, "vectorized", lambda: vector)
+        assert head_dense_from() == want, (amx, vector)
+    assert (HEAD_DENSE_FROM, WIDE_HEAD_DENSE_FROM) == (2 * gguf_gemv.MAX_ROWS + 1, 4 * gguf_gemv.MAX_ROWS + 1)
 
 
 def test_the_structure_alone_takes_the_state_dict_of_a_loaded_model(tmp_path):
