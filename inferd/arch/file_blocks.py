@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from inferd.arch.base import FUSED, CausalLM, normalize_name
+from inferd.arch.fused_decode import dense_copies_win_wide
 from inferd.arch.gguf_linear import GGUFLinear
 from inferd.arch.packed_linear import PackedLinear
 from inferd.arch.quantized_linear import QuantizedLinear
@@ -61,7 +62,7 @@ def blocks_label(dtype: torch.dtype) -> str:
 
 def head_dense_from() -> int:
     """Rows from which a bf16 head with a dense copy reads it rather than its tiles."""
-    return HEAD_DENSE_FROM if isa.amx_bf16() or not gguf_gemv.vectorized() else WIDE_HEAD_DENSE_FROM
+    return HEAD_DENSE_FROM if dense_copies_win_wide() else WIDE_HEAD_DENSE_FROM
 
 
 def _dense_from(dtype: torch.dtype, head: bool) -> int | None:

@@ -30,6 +30,13 @@ from inferd.kernels import gguf_gemv, isa
 from inferd.kernels.gated_activation import COEFFICIENTS
 
 
+def dense_copies_win_wide() -> bool:
+    """Whether dense copies, where a model keeps them, may beat the tiles past one pass of the
+    kernel: AMX's (not measured against the tiles there), and a portable build's beside its
+    scalar kernel."""
+    return isa.amx_bf16() or not gguf_gemv.vectorized()
+
+
 def rows_limit(keeps_dense_copies: bool) -> int | None:
     """The most decode rows a step takes as the one call (None: any number). Without the
     Python between them the tiles match the modules' path at any width where the modules use
@@ -37,7 +44,7 @@ def rows_limit(keeps_dense_copies: bool) -> int | None:
     and 32: 1.03-1.12x; BENCHMARKS.md, session 23). AMX's dense copies, and a portable
     build's float32 ones beside its scalar kernel, may win past one pass of the kernel: there
     the modules take the wider steps."""
-    if keeps_dense_copies and (isa.amx_bf16() or not gguf_gemv.vectorized()):
+    if keeps_dense_copies and dense_copies_win_wide():
         return gguf_gemv.MAX_ROWS
     return None
 

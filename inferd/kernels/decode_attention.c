@@ -366,8 +366,10 @@ static int attend(const uint16_t *q, int64_t G, int64_t D, const uint16_t *k_cac
 #endif
     for (int64_t g0 = 0; g0 < G; g0 += HEADS) {
         const int heads = (int)(G - g0 < HEADS ? G - g0 : HEADS);
-        memset(qf, 0, (size_t)(HEADS * D) * sizeof(float));
-        for (int64_t i = 0; i < heads * D; i++) qf[i] = bf16_to_float(q[g0 * D + i]);
+        if (D % 16) { /* only the in-order sum of an odd head size reads the heads as floats */
+            memset(qf, 0, (size_t)(HEADS * D) * sizeof(float));
+            for (int64_t i = 0; i < heads * D; i++) qf[i] = bf16_to_float(q[g0 * D + i]);
+        }
         query_pairs(&qp, q + g0 * D, heads, D);
         score_slots(&qp, qf, D, k_cache, v_cache, Hkv, h, slots, mask, L, scale, scores);
         softmax(scores, heads, L);
