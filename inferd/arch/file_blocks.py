@@ -14,7 +14,6 @@ import torch
 from torch import nn
 
 from inferd.arch.base import FUSED, CausalLM, normalize_name
-from inferd.arch.fused_decode import dense_copies_win_wide
 from inferd.arch.gguf_linear import GGUFLinear
 from inferd.arch.packed_linear import PackedLinear
 from inferd.arch.quantized_linear import QuantizedLinear
@@ -25,12 +24,13 @@ FORMATS = tuple(gguf_gemv.BLOCKS)
 # the model keeps one (`keeps_dense_copies`). Measured on whole decode steps of
 # the bundled model, 2-core AVX-512 CPU with AMX: see BENCHMARKS.md ("Tiles").
 # A step that only decodes takes the tiles whatever this says, at any width
-# (up to 8 rows beside AMX's or a portable build's dense copies: see
+# (up to 24 rows beside AMX's dense copies, 8 beside a portable build's: see
 # arch/fused_decode.py `rows_limit`; without the Python between its kernels
 # they beat the dense weight); this decides for the modules, prefill chunks
 # included.
 # The head's tiles beat its dense bf16 copy (twice the bytes) up to two passes
-# of the kernel beside AMX, and on Zen 4's AVX512-BF16 up to four at least (24
+# of the kernel beside AMX (at 24 rows the copy's steps were 3-7% faster there,
+# BENCHMARKS.md, session 24), and on Zen 4's AVX512-BF16 up to four at least (24
 # and 32 rows: 1.9x and 1.4x the copy's decode steps; BENCHMARKS.md, session
 # 23), so at --parallel 8 that copy is never read and its pages never loaded.
 LAYER_DENSE_FROM = 5
@@ -62,7 +62,7 @@ def blocks_label(dtype: torch.dtype) -> str:
 
 def head_dense_from() -> int:
     """Rows from which a bf16 head with a dense copy reads it rather than its tiles."""
-    return HEAD_DENSE_FROM if dense_copies_win_wide() else WIDE_HEAD_DENSE_FROM
+    return HEAD_DENSE_FROM if isa.amx_bf16() or not gguf_gemv.vectorized() else WIDE_HEAD_DENSE_FROM
 
 
 def _dense_from(dtype: torch.dtype, head: bool) -> int | None:

@@ -5,8 +5,8 @@ layer is the pre-norm block the call knows (Gemma's four norms or Llama's
 two, a fused QKV and gate/up, an activation with a native kernel) and every
 projection holds the GGUF file's blocks. A step takes it when it only
 decodes, in the model's dtype (bf16, or float32 beside a bf16 KV cache), on
-any number of rows, or at most one pass of the kernel's (8) where AMX's dense
-copies may beat the tiles past it (`rows_limit`): once the Python between
+any number of rows, or at most three passes of the kernel's (24) beside AMX's
+dense copies, one beside a portable build's (`rows_limit`): once the Python between
 the kernels is gone the tiles beat dense weights (19-20 ms a step of 8 rows
 against 24, AVX-512), and every decode row is computed alike however many
 share its step. Every other step runs the modules, which, where they keep
@@ -30,23 +30,23 @@ from inferd.kernels import gguf_gemv, isa
 from inferd.kernels.gated_activation import COEFFICIENTS
 
 
-def dense_copies_win_wide() -> bool:
-    """Whether dense copies, where a model keeps them, may beat the tiles past one pass of the
-    kernel: AMX's (not measured against the tiles there), and a portable build's beside its
-    scalar kernel."""
-    return isa.amx_bf16() or not gguf_gemv.vectorized()
+# Beside AMX's dense copies the one call takes up to three passes of the kernel: 12-24 rows
+# 1.1-1.7x faster than the modules on them, 32 rows even (BENCHMARKS.md, session 24).
+AMX_ROWS_LIMIT = 3 * gguf_gemv.MAX_ROWS
 
 
 def rows_limit(keeps_dense_copies: bool) -> int | None:
     """The most decode rows a step takes as the one call (None: any number). Without the
     Python between them the tiles match the modules' path at any width where the modules use
     the tiles too, and beat Zen 4's AVX512-BF16 dense copies (12 and 16 rows: 1.5-1.7x; 24
-    and 32: 1.03-1.12x; BENCHMARKS.md, session 23). AMX's dense copies, and a portable
-    build's float32 ones beside its scalar kernel, may win past one pass of the kernel: there
+    and 32: 1.03-1.12x; BENCHMARKS.md, session 23). AMX's dense copies catch up by 32 rows,
+    and a portable build's float32 ones may win past one pass of its scalar kernel: there
     the modules take the wider steps."""
-    if keeps_dense_copies and dense_copies_win_wide():
+    if not keeps_dense_copies:
+        return None
+    if not gguf_gemv.vectorized():
         return gguf_gemv.MAX_ROWS
-    return None
+    return AMX_ROWS_LIMIT if isa.amx_bf16() else None
 
 
 class FusedDecode:

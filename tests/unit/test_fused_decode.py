@@ -10,7 +10,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf_models import hf_pieces, write_gguf
 
 from inferd.arch.file_blocks import LAYER_DENSE_FROM
-from inferd.arch.fused_decode import FusedDecode
+from inferd.arch.fused_decode import FusedDecode, rows_limit
 from inferd.config import EngineConfig
 from inferd.engine.engine import Engine
 from inferd.engine.engine_request import EngineRequest
@@ -118,6 +118,18 @@ def test_wide_decode_steps_take_it_with_the_modules_bits(files, monkeypatch):
     assert fused == plain
 
 
+@pytest.mark.parametrize("keeps, vectorized, amx, want", [
+    (False, True, True, None),  # no dense copies: any width
+    (True, True, False, None),  # Zen 4's AVX512-BF16 copies lose to the tiles at any width
+    (True, True, True, 24),  # AMX's catch up by 32 rows
+    (True, False, False, 8),  # a portable build's float32 copies beside its scalar kernel
+])
+def test_the_one_calls_width_by_cpu(monkeypatch, keeps, vectorized, amx, want):
+    monkeypatch.setattr(gguf_gemv, "vectorized", lambda: vectorized)
+    monkeypatch.setattr(isa, "amx_bf16", lambda flags=None: amx)
+    assert rows_limit(keeps) == want
+
+
 def test_a_zen4_like_cpu_takes_wide_decode_steps_beside_dense_copies(files, monkeypatch):
     if not gguf_gemv.vectorized():
         pytest.skip("a portable build keeps float32 copies for wide steps")
@@ -130,10 +142,11 @@ def test_a_zen4_like_cpu_takes_wide_decode_steps_beside_dense_copies(files, monk
 
 def test_steps_with_a_prefill_or_too_many_rows_keep_the_modules(files, monkeypatch):
     monkeypatch.setattr(isa, "fast_bf16_matmul", lambda flags=None, vendor=None: True)  # bf16 keeps dense copies
-    monkeypatch.setattr(isa, "amx_bf16", lambda flags=None: True)  # whose dense copies may win past one pass
+    monkeypatch.setattr(isa, "amx_bf16", lambda flags=None: True)  # whose dense copies catch up by 32 rows
     loaded = load_model(str(files["gemma3"]), dtype="bfloat16")
     plan = FusedDecode.build(loaded.model)
-    assert plan is not None and plan.max_rows == gguf_gemv.MAX_ROWS  # one pass of the kernel
+    want = 3 * gguf_gemv.MAX_ROWS if gguf_gemv.vectorized() else gguf_gemv.MAX_ROWS  # passes of the kernel
+    assert plan is not None and plan.max_rows == want
     # The modules go dense from fewer rows: a prompt's rows come out alike alone or beside another's.
     assert {p.dense_from_rows for layer in loaded.model.layers
             for p in (layer.self_attn.qkv_proj, layer.mlp.down_proj)} == {LAYER_DENSE_FROM}
@@ -146,7 +159,7 @@ def test_steps_with_a_prefill_or_too_many_rows_keep_the_modules(files, monkeypat
         engine.add_request(EngineRequest(f"r{i}", [5, 9, 17, 3 + i], params))
         engine.step()
     assert calls == []
-    engine.step()  # one decode row more than a pass of the kernel takes
+    engine.step()  # one decode row more than the one call takes
     assert calls == []
     engine.abort("r0")
     engine.step()
