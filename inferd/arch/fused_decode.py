@@ -5,11 +5,11 @@ layer is the pre-norm block the call knows (Gemma's four norms or Llama's
 two, a fused QKV and gate/up, an activation with a native kernel) and every
 projection holds the GGUF file's blocks. A step takes it when it only
 decodes, in the model's dtype (bf16, or float32 beside a bf16 KV cache), on
-any number of rows, or at most three passes of the kernel's (24) beside AMX's
-dense copies, one beside a portable build's (`rows_limit`): once the Python between
-the kernels is gone the tiles beat dense weights (19-20 ms a step of 8 rows
-against 24, AVX-512), and every decode row is computed alike however many
-share its step. Every other step runs the modules, which, where they keep
+any number of rows, or at most three passes of the kernel's (24) beside
+AMX's dense copies, one beside a portable build's (`rows_limit`): once the
+Python between the kernels is gone the tiles beat dense weights (19-20 ms a
+step of 8 rows against 24, AVX-512), and every decode row is computed alike
+however many share its step. Every other step runs the modules, which, where they keep
 dense copies, go dense from fewer rows (`file_blocks.LAYER_DENSE_FROM`)
 since a prompt's rows are computed alike in a chunk of their own or beside
 another's.
