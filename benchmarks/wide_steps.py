@@ -20,34 +20,13 @@ time over each setting's. `--model` takes any GGUF, such as one from
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
+from dense_from import median_step
 
 from inferd.arch.gguf_linear import GGUFLinear
-from inferd.config import EngineConfig
-from inferd.engine.engine import Engine
-from inferd.engine.engine_request import EngineRequest
-from inferd.engine.sampling_params import SamplingParams
 from inferd.kernels import isa
 from inferd.models.loader import load_model
-
-
-def median_step(loaded, streams: int) -> float:
-    engine = Engine(loaded, EngineConfig(parallel=streams, ctx_size=512, speculative="off"))
-    for i in range(streams):
-        prompt = [2, *range(100 + 7 * i, 140 + 7 * i)]  # token ids: a synthetic vocabulary has no words
-        engine.add_request(EngineRequest(f"r{i}", prompt, SamplingParams(max_tokens=60, temperature=0.0,
-                                                                         ignore_eos=True)))
-    for _ in range(4):  # the prefill, then warm decode steps
-        engine.step()
-    times = []
-    for _ in range(20):
-        start = time.perf_counter()
-        engine.step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:
