@@ -137,9 +137,10 @@ def main() -> None:
     print(f"drafts accepted: {spec.accepted_total} of {spec.drafted_total} "
           f"({spec.accepted_total / max(spec.drafted_total, 1):.0%})")
     costs = spec.costs
-    if costs.plain_seconds is not None:
-        print(f"guard's step costs: plain {costs.plain_seconds * 1000:.1f} ms, each verified row "
-              f"+{costs.row_cost:.2f} of that")
+    alone = costs.batches.get(1)
+    if alone is not None and alone.plain_seconds is not None:
+        print(f"guard's step costs: plain {alone.plain_seconds * 1000:.1f} ms, each verified row "
+              f"+{costs.row_cost():.2f} of that")
     for task in TASKS:
         print(f"--- {task}, speculating:\n{loaded.tokenizer.decode(outputs[task, 'ngram'])}")
 

@@ -52,14 +52,14 @@ def kv_pool_blocks(config: EngineConfig, bytes_per_token: int) -> int:
     return blocks
 
 
-def _lone_decode_rows(batch: ScheduledBatch) -> int:
-    """The rows of a step that is one speculation-eligible request's decode
-    (1, or 1 + its drafts), else 0: the steps whose cost the guard compares."""
-    if len(batch.requests) != 1:
-        return 0
-    req, rows = batch.requests[0], batch.num_new_tokens[0]
-    decoding = req.num_computed_tokens == req.num_tokens - 1 and rows == 1 + len(req.draft_token_ids)
-    return rows if decoding and can_speculate(req) else 0
+def _decode_step(batch: ScheduledBatch) -> tuple[int, int] | None:
+    """(requests, rows) of a step in which every request decodes and may speculate
+    (one row each, plus its drafts), else None: the steps whose cost the guard compares."""
+    for req, rows in zip(batch.requests, batch.num_new_tokens):
+        if req.num_computed_tokens != req.num_tokens - 1 or rows != 1 + len(req.draft_token_ids) \
+                or not can_speculate(req):
+            return None
+    return len(batch.requests), sum(batch.num_new_tokens)
 
 
 class Engine:
@@ -189,10 +189,10 @@ class Engine:
         batch = self.scheduler.schedule()
         if not batch:
             return []
-        lone_rows = _lone_decode_rows(batch)
+        decoding = _decode_step(batch)
         outputs = self._step(batch)
-        if lone_rows:  # the speculation guard's cost model: a whole step, sampling included
-            self.speculator.observe_step(lone_rows, time.perf_counter() - started)
+        if decoding:  # the speculation guard's cost model: a whole step, sampling included
+            self.speculator.observe_step(*decoding, time.perf_counter() - started)
         return outputs
 
     def _step(self, batch: ScheduledBatch) -> list[RequestOutput]:

@@ -14,9 +14,10 @@ those picks is kept, plus the pick after it. Only greedy requests speculate,
 and each verified row is computed as a lone decode row is (`runner.py`), so
 every kept token is the one plain decoding would have produced.
 
-When it pays (the guard, per request, `draft_length`): a step verifying d
-drafts costs `StepCosts.ratio(1 + d)` plain steps (measured on this
-engine's own steps) and yields 1 + p + ... + p^d tokens, where p is the
+When it pays (the guard, per request, `draft_length`): verifying d drafts
+costs `StepCosts.ratio(1 + d, B)` times the request's share of a plain step
+of the B requests decoding (measured on this engine's own steps) and yields
+1 + p + ... + p^d tokens, where p is the
 request's recent chance that a draft token holds given the ones before it
 did. The request verifies the d that yields most tokens per unit of cost,
 and only while that beats plain decoding; having stopped, it starts again
@@ -90,34 +91,55 @@ def propose_ngram(tokens: list[int], num_tokens: int, min_n: int = 1, max_n: int
 
 
 class StepCosts:
-    """What a step of one request costs by the rows it computes, relative to a
-    plain step of one row: 1 + (rows - 1) x (the extra seconds of each verified
-    row over a plain step's seconds), from running averages of this engine's
-    own plain and verifying steps (in whatever order they come), or
-    `PRIOR_ROW_COST` until both kinds are seen. `measure=False` keeps the
-    given row cost (tests; a caller that measured it already)."""
+    """What verifying drafts costs a request, in units of its share of a plain step
+    of the same requests (a plain step's seconds over its requests, B): d drafts cost
+    `ratio(1 + d, B)` = 1 + d x row_cost(B), a verified row's extra seconds over that
+    share. Learned for each B from this engine's own decode steps of B requests
+    that may speculate, plain and verifying ones in whatever order they come;
+    until both kinds are seen, B x `PRIOR_ROW_COST` (a few requests' plain step
+    costs about what one request's does). `measure=False` keeps the given row
+    cost for every B (tests; a caller that measured it already)."""
 
     def __init__(self, row_cost: float = PRIOR_ROW_COST, measure: bool = True):
-        self.row_cost = row_cost
+        self.prior = row_cost
         self.measure = measure
-        self.plain_seconds: float | None = None
-        self.verify_seconds: float | None = None  # a verifying step's seconds, and its rows, on average
-        self.verify_rows: float | None = None
+        self.batches: dict[int, BatchCosts] = {}  # by the step's requests
 
-    def observe(self, rows: int, seconds: float) -> None:
-        if not self.measure:
-            return
-        if rows == 1:
+    def observe(self, rows: int, seconds: float, requests: int = 1) -> None:
+        """A decode step of `requests` requests computed `rows` rows (one each, plus their drafts)."""
+        if self.measure:
+            self.batches.setdefault(requests, BatchCosts()).observe(rows - requests, seconds)
+
+    def row_cost(self, requests: int = 1) -> float:
+        learned = self.batches[requests].row_cost(requests) if requests in self.batches else None
+        if learned is not None:
+            return learned
+        return self.prior * (requests if self.measure else 1)
+
+    def ratio(self, rows: int, requests: int = 1) -> float:
+        return 1.0 + self.row_cost(requests) * (rows - 1)
+
+
+@dataclass
+class BatchCosts:
+    """Running averages of one batch size's plain and verifying steps."""
+
+    plain_seconds: float | None = None
+    verify_seconds: float | None = None
+    verify_rows: float | None = None  # a verifying step's verified rows (its drafts), on average
+
+    def observe(self, drafts: int, seconds: float) -> None:
+        if drafts == 0:
             self.plain_seconds = _average(self.plain_seconds, seconds)
         else:
             self.verify_seconds = _average(self.verify_seconds, seconds)
-            self.verify_rows = _average(self.verify_rows, rows)
-        if self.plain_seconds and self.verify_seconds is not None:
-            extra = max(0.0, self.verify_seconds - self.plain_seconds) / (self.verify_rows - 1)
-            self.row_cost = extra / self.plain_seconds
+            self.verify_rows = _average(self.verify_rows, drafts)
 
-    def ratio(self, rows: int) -> float:
-        return 1.0 + self.row_cost * (rows - 1)
+    def row_cost(self, requests: int) -> float | None:
+        if not self.plain_seconds or self.verify_seconds is None:
+            return None
+        extra = max(0.0, self.verify_seconds - self.plain_seconds) / self.verify_rows
+        return extra / (self.plain_seconds / requests)
 
 
 def _average(mean: float | None, value: float) -> float:
@@ -191,17 +213,17 @@ class Speculator:
             if room < 1:
                 continue
             if self.drafter is not None:
-                req.draft_token_ids = self._from_draft_model(req, record, min(self.num_tokens, room))
+                req.draft_token_ids = self._from_draft_model(req, record, min(self.num_tokens, room), len(running))
                 continue
             proposal = propose_ngram(req.all_token_ids, min(self.num_tokens, room))
-            drafts = self.draft_length(record, len(proposal))
+            drafts = self.draft_length(record, len(proposal), len(running))
             if drafts:
                 req.draft_token_ids = proposal[:drafts]
             elif proposal and not record.shadow:
                 record.shadow, record.shadow_at = proposal, req.num_tokens
 
-    def _from_draft_model(self, req: Request, record: DraftRecord, most: int) -> list[int]:
-        drafts = self.draft_length(record, most)
+    def _from_draft_model(self, req: Request, record: DraftRecord, most: int, requests: int) -> list[int]:
+        drafts = self.draft_length(record, most, requests)
         if drafts:
             record.backoff, record.plain_steps = FIRST_BACKOFF, 0
         else:
@@ -212,13 +234,13 @@ class Speculator:
             record.backoff, record.plain_steps = min(2 * record.backoff, MAX_BACKOFF), 0
         return self.drafter.propose(req, drafts)
 
-    def draft_length(self, record: DraftRecord, available: int) -> int:
-        """How many of `available` drafts to verify: the count that yields most
-        tokens per unit of step cost, or 0 where none beats a plain step (by
-        `START_GAIN` when the request is not speculating now)."""
+    def draft_length(self, record: DraftRecord, available: int, requests: int = 1) -> int:
+        """How many of `available` drafts to verify in a step of `requests` requests: the
+        count that yields most tokens per unit of its cost, or 0 where none beats a plain
+        step (by `START_GAIN` when the request is not speculating now)."""
         best, best_gain = 0, 1.0
         for drafts in range(1, available + 1):
-            gain = expected_tokens(record.hold_rate, drafts) / self.costs.ratio(1 + drafts)
+            gain = expected_tokens(record.hold_rate, drafts) / self.costs.ratio(1 + drafts, requests)
             if gain > best_gain:
                 best, best_gain = drafts, gain
         if available:
@@ -240,11 +262,11 @@ class Speculator:
             record.add(len(record.shadow), held)
             record.shadow = []
 
-    def observe_step(self, rows: int, seconds: float) -> None:
-        """A step that computed one request's decode of `rows` rows (1, or
-        1 + its drafts) took `seconds`: the cost model learns from it."""
+    def observe_step(self, requests: int, rows: int, seconds: float) -> None:
+        """A step that computed `requests` requests' decodes, `rows` rows in all (one
+        each, plus their drafts), took `seconds`: the cost model learns from it."""
         if self.enabled:
-            self.costs.observe(rows, seconds)
+            self.costs.observe(rows, seconds, requests)
 
     def record(self, req: Request, drafted: int, accepted: int) -> None:
         self.drafted_total += drafted

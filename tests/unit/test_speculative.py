@@ -202,7 +202,16 @@ def test_step_costs_learn_a_verified_rows_cost_from_the_engines_steps():
     fixed = StepCosts(row_cost=0.2, measure=False)
     fixed.observe(1, 0.1)
     fixed.observe(3, 0.5)
-    assert fixed.ratio(3) == pytest.approx(1.4)
+    assert fixed.ratio(3) == pytest.approx(1.4) and fixed.ratio(3, requests=4) == pytest.approx(1.4)
+
+
+def test_step_costs_weigh_a_row_against_a_requests_share_of_its_batchs_step():
+    costs = StepCosts(row_cost=0.3)
+    assert costs.ratio(3, requests=2) == pytest.approx(1 + 2 * 0.6)  # unseen: the prior, times the requests
+    costs.observe(2, 0.1, requests=2)  # two requests' plain step
+    costs.observe(4, 0.14, requests=2)  # two drafts verified beside them: 0.02 s a row
+    assert costs.ratio(3, requests=2) == pytest.approx(1 + 2 * 0.02 / (0.1 / 2))
+    assert costs.ratio(3) == pytest.approx(1 + 2 * 0.3)  # one request's steps are another batch
 
 
 def test_the_guard_starts_again_only_past_a_margin():
@@ -240,12 +249,29 @@ def test_unknown_method_is_refused(loaded):
 def test_the_engine_times_its_lone_steps_for_the_guard(loaded):
     engine = Engine(loaded, EngineConfig(speculative="ngram", ctx_size=256, parallel=2, block_size=4))
     costs = engine.speculator.costs
-    assert costs.measure and costs.plain_seconds is None
+    assert costs.measure and costs.batches == {}
     run(engine, {"x": (repeating(1), GREEDY)})  # drafts hold: plain and verifying steps both
     assert engine.speculator.drafted_total > 0
-    assert costs.plain_seconds > 0 and costs.verify_rows > 1
-    assert costs.row_cost == max(0.0, costs.verify_seconds - costs.plain_seconds) / (costs.verify_rows - 1) \
-        / costs.plain_seconds
+    alone = costs.batches[1]
+    assert alone.plain_seconds > 0 and alone.verify_rows >= 1
+    assert costs.row_cost() == max(0.0, alone.verify_seconds - alone.plain_seconds) / alone.verify_rows \
+        / alone.plain_seconds
     sampled = Engine(loaded, EngineConfig(speculative="ngram", ctx_size=256, parallel=2, block_size=4))
     run(sampled, {"s": (repeating(1), SamplingParams(max_tokens=8, temperature=0.8, seed=1))})
-    assert sampled.speculator.costs.plain_seconds is None  # a step that could not speculate is not compared
+    assert sampled.speculator.costs.batches == {}  # a step that could not speculate is not compared
+
+
+def test_the_engine_times_two_requests_steps_apart(loaded):
+    engine = Engine(loaded, EngineConfig(speculative="ngram", ctx_size=256, parallel=2, block_size=4,
+                                         spec_max_batch=2))
+    plain = make_engine(loaded, "off", parallel=2)
+    seen = []
+    observe = engine.speculator.costs.observe
+    engine.speculator.costs.observe = lambda rows, seconds, requests=1: seen.append((requests, rows)) or \
+        observe(rows, seconds, requests)
+    requests = {"x": (repeating(1), GREEDY), "y": (repeating(2), GREEDY)}
+    assert run(engine, requests) == run(plain, requests)
+    assert engine.speculator.drafted_total > 0
+    pairs = [rows for requests, rows in seen if requests == 2]
+    assert pairs and max(pairs) > 2  # both decoding, drafts verified beside them
+    assert set(engine.speculator.costs.batches) == {requests for requests, _ in seen}
