@@ -36,7 +36,7 @@ class EngineOptions:
     speculative: str = option("auto", "speculative decoding: ngram (drafts looked up in the request's own prompt and output, verified in one pass; greedy requests only, each kept while it pays by this engine's measured step costs), auto (ngram where verification is exact: a GGUF model's own blocks, output unchanged bit for bit; off elsewhere) or off")
     spec_tokens: int = option(4, "most draft tokens verified per step with --speculative ngram")
     draft_model: str | None = option(None, "a smaller model sharing the model's tokenizer (a path or a stored model's name) whose greedy tokens are the speculative drafts, instead of prompt lookup; with --speculative ngram or auto")
-    spec_max_batch: int = option(4, "speculate only while at most this many requests run; wider batches gain little from it")
+    spec_max_batch: int = option(2, "speculate only while at most this many requests run; wider batches gain little from it")
 
 
 @dataclass
