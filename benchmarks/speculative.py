@@ -66,6 +66,14 @@ TASKS = {
 }
 
 
+def make_drafts_fail() -> None:
+    """The guard's worst case: each lookup's first token replaced by another, so a draft
+    holds only by chance, proposed as often as before."""
+    lookup = speculative.propose_ngram
+    speculative.propose_ngram = lambda tokens, n, **kw: [(t + 1) % 1000 if i == 0 else t
+                                                         for i, t in enumerate(lookup(tokens, n, **kw))]
+
+
 def run(engine: Engine, prompt: list[int], params: SamplingParams) -> tuple[list[int], int, float]:
     """All output tokens, how many came after the first, and in how many seconds (decode only)."""
     engine.add_request(EngineRequest("bench", prompt, params))
@@ -96,9 +104,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.failing_drafts:
-        lookup = speculative.propose_ngram
-        speculative.propose_ngram = lambda tokens, n, **kw: [(t + 1) % 1000 if i == 0 else t
-                                                             for i, t in enumerate(lookup(tokens, n, **kw))]
+        make_drafts_fail()
     loaded = load_model(args.model, weights=args.weights)
     engines = {  # the weights are shared; each engine has its own KV cache
         mode: Engine(loaded, EngineConfig(parallel=1, ctx_size=2048, speculative=mode, spec_tokens=args.spec_tokens,

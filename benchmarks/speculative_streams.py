@@ -17,10 +17,9 @@ import statistics
 import time
 
 import torch
-from speculative import TASKS
+from speculative import TASKS, make_drafts_fail
 
 from inferd.config import EngineConfig
-from inferd.engine import speculative
 from inferd.engine.engine import Engine
 from inferd.engine.engine_request import EngineRequest
 from inferd.engine.sampling_params import SamplingParams
@@ -50,9 +49,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.failing_drafts:
-        lookup = speculative.propose_ngram
-        speculative.propose_ngram = lambda tokens, n, **kw: [(t + 1) % 1000 if i == 0 else t
-                                                             for i, t in enumerate(lookup(tokens, n, **kw))]
+        make_drafts_fail()
     loaded = load_model()
     prompts = [loaded.tokenizer.encode(TASKS[args.tasks[i % len(args.tasks)]]) for i in range(args.streams)]
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
